@@ -1,0 +1,1 @@
+"""One module per channel; each turns its platform protocol into bot.Message and back."""

@@ -1,0 +1,78 @@
+"""What crosses the adapter/bot seam: a neutral inbound Message and an outbound Reply."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    """What the platform delivered; anything but TEXT gets an honest short answer if it has no text."""
+
+    TEXT = "text"
+    PHOTO = "photo"
+    VOICE = "voice"
+    STICKER = "sticker"
+    FILE = "file"
+    VIDEO = "video"
+    EDITED = "edited"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One inbound message, already stripped of every platform object.
+
+    `chat_id` names the conversation place (a DM or a group); `thread_id` separates forum topics
+    inside one group. `sender_id` is the platform's stable id of the person.
+    """
+
+    channel: str
+    chat_id: str
+    sender_id: str
+    text: str
+    timestamp: datetime
+    is_group: bool = False
+    mentions_bot: bool = False
+    reply_to: str | None = None
+    reply_to_bot: bool = False
+    message_id: str | None = None
+    thread_id: str | None = None
+    sender_name: str = ""
+    kind: Kind = Kind.TEXT
+
+    @property
+    def conversation_key(self) -> str:
+        """The key of this message's FIFO queue and session: one per chat (and forum topic)."""
+        base = f"{self.channel}:{self.chat_id}"
+        return f"{base}:{self.thread_id}" if self.thread_id else base
+
+    @property
+    def addressed_to_bot(self) -> bool:
+        """In a group the bot answers only when mentioned, replied to, or given a command."""
+        return (not self.is_group) or self.mentions_bot or self.reply_to_bot or self.text.startswith("/")
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A file to send (e.g. the /export JSONL)."""
+
+    filename: str
+    data: bytes
+    mime: str = "application/octet-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One outbound answer to a conversation. Adapters split and format it for their platform."""
+
+    channel: str
+    chat_id: str
+    text: str
+    thread_id: str | None = None
+    reply_to: str | None = None
+    document: Document | None = None
+    # The user the reply is for: needed by channels that address people, not chats (iLink).
+    recipient_id: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)

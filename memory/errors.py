@@ -1,0 +1,21 @@
+"""The root of memgate's exception tree (memory/ is the bottom layer, so the root lives here)."""
+
+
+class MemgateError(Exception):
+    """Base of every error memgate raises on purpose."""
+
+
+class StoreError(MemgateError):
+    """The database could not be opened, migrated or written."""
+
+
+class StoreLockedError(StoreError):
+    """Another process (usually a running gateway) holds the database file."""
+
+
+class LLMError(MemgateError):
+    """An LLM call failed after its retries, or answered with something unusable."""
+
+
+class EmbeddingError(MemgateError):
+    """The embedding provider failed or returned vectors of the wrong shape."""

@@ -1,0 +1,231 @@
+"""The litellm wrapper: timeouts, retries with backoff, JSON answers checked against a schema,
+and per-call accounting (calls, prompt and completion tokens).
+
+litellm is imported lazily (~5 s) and only after LITELLM_LOCAL_MODEL_COST_MAP is set, because
+its import otherwise fetches the model cost map from the internet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from memory.errors import LLMError
+
+log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
+
+_OFFLINE_ENV = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "DISABLE_TELEMETRY": "1",
+}
+
+
+def set_offline_env() -> None:
+    """Stop libraries phoning home (litellm's cost map, Hugging Face hub)."""
+    for key, value in _OFFLINE_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+def import_litellm():
+    """Import litellm with the offline environment set first; quiet its banners."""
+    set_offline_env()
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.telemetry = False
+    litellm.drop_params = True
+    return litellm
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass
+class Usage:
+    """Running totals of LLM use, per purpose ("reply", "ingest", "task", ...)."""
+
+    calls: dict[str, int] = field(default_factory=dict)
+    prompt_tokens: dict[str, int] = field(default_factory=dict)
+    completion_tokens: dict[str, int] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+
+    def add(self, purpose: str, prompt: int, completion: int, ok: bool) -> None:
+        self.calls[purpose] = self.calls.get(purpose, 0) + 1
+        self.prompt_tokens[purpose] = self.prompt_tokens.get(purpose, 0) + prompt
+        self.completion_tokens[purpose] = self.completion_tokens.get(purpose, 0) + completion
+        if not ok:
+            self.failures[purpose] = self.failures.get(purpose, 0) + 1
+
+    def total_calls(self) -> int:
+        return sum(self.calls.values())
+
+    def total_tokens(self) -> int:
+        return sum(self.prompt_tokens.values()) + sum(self.completion_tokens.values())
+
+
+UsageSink = Callable[[str, str, bool, int, int], None]
+
+
+class LLM(Protocol):
+    """What the memory engine and the agent need from a language model."""
+
+    usage: Usage
+
+    async def complete(self, messages: Sequence[dict[str, Any]], *, purpose: str,
+                       tools: Sequence[dict[str, Any]] | None = None, max_tokens: int | None = None,
+                       json_mode: bool = False) -> Completion: ...
+
+    async def complete_json(self, system: str, user: str, schema: type[M], *, purpose: str,
+                            max_tokens: int | None = None) -> M: ...
+
+
+@dataclass(frozen=True)
+class LLMSettings:
+    model: str
+    api_base: str | None = None
+    api_key: str | None = None
+    timeout: float = 60.0
+    retries: int = 2
+    backoff: float = 1.0
+    temperature: float = 0.2
+    max_tokens: int = 1024
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)
+
+
+def extract_json(text: str) -> Any:
+    """Parse the JSON object in a model answer, tolerating fences and chatter around it."""
+    cleaned = _FENCE.sub("", text.strip())
+    try:
+        return json.loads(cleaned)
+    except json.JSONDecodeError:
+        pass
+    start = min((i for i in (cleaned.find("{"), cleaned.find("[")) if i >= 0), default=-1)
+    if start < 0:
+        raise ValueError("no JSON object in the answer")
+    end = max(cleaned.rfind("}"), cleaned.rfind("]"))
+    return json.loads(cleaned[start : end + 1])
+
+
+class LiteLLM:
+    """The production LLM: litellm.acompletion with timeouts, retries and accounting."""
+
+    def __init__(self, settings: LLMSettings, *, sink: UsageSink | None = None) -> None:
+        self.settings = settings
+        self.usage = Usage()
+        self._sink = sink
+        self._litellm = None
+
+    def _lib(self):
+        if self._litellm is None:
+            self._litellm = import_litellm()
+        return self._litellm
+
+    def _account(self, purpose: str, ok: bool, prompt: int, completion: int) -> None:
+        self.usage.add(purpose, prompt, completion, ok)
+        if self._sink is not None:
+            try:
+                self._sink(purpose, self.settings.model, ok, prompt, completion)
+            except Exception:  # accounting must never break a reply
+                log.warning("usage sink failed", exc_info=True)
+
+    async def complete(self, messages, *, purpose, tools=None, max_tokens=None, json_mode=False) -> Completion:
+        s = self.settings
+        kwargs: dict[str, Any] = {
+            "model": s.model,
+            "messages": list(messages),
+            "timeout": s.timeout,
+            "temperature": s.temperature,
+            "max_tokens": max_tokens or s.max_tokens,
+            "num_retries": 0,  # retries are ours, so every attempt is counted and backed off
+        }
+        if s.api_base:
+            kwargs["api_base"] = s.api_base
+        if s.api_key:
+            kwargs["api_key"] = s.api_key
+        elif s.api_base:
+            kwargs["api_key"] = "sk-local"  # OpenAI-compatible local servers want some key
+        if tools:
+            kwargs["tools"] = list(tools)
+        if json_mode:
+            kwargs["response_format"] = {"type": "json_object"}
+        lib = self._lib()
+        last: Exception | None = None
+        for attempt in range(s.retries + 1):
+            try:
+                resp = await asyncio.wait_for(lib.acompletion(**kwargs), timeout=s.timeout + 5)
+            except Exception as exc:  # litellm's exception types vary by provider
+                last = exc
+                self._account(purpose, False, 0, 0)
+                status = getattr(exc, "status_code", None)
+                if status in (400, 401, 403, 404):
+                    break  # a bad request or key will not heal with a retry
+                if attempt < s.retries:
+                    delay = s.backoff * (2**attempt) * (0.5 + random.random())
+                    log.warning("LLM call failed (%s), retry %d in %.1fs", type(exc).__name__, attempt + 1, delay)
+                    await asyncio.sleep(delay)
+                continue
+            choice = resp.choices[0]
+            msg = choice.message
+            usage = getattr(resp, "usage", None)
+            pt = int(getattr(usage, "prompt_tokens", 0) or 0)
+            ct = int(getattr(usage, "completion_tokens", 0) or 0)
+            self._account(purpose, True, pt, ct)
+            calls = tuple(
+                ToolCall(id=tc.id or f"call_{i}", name=tc.function.name, arguments=tc.function.arguments or "{}")
+                for i, tc in enumerate(getattr(msg, "tool_calls", None) or ())
+            )
+            return Completion(content=msg.content or "", tool_calls=calls, prompt_tokens=pt, completion_tokens=ct)
+        raise LLMError(f"LLM call ({purpose}) failed: {type(last).__name__}: {_short(last)}")
+
+    async def complete_json(self, system, user, schema, *, purpose, max_tokens=None):
+        return await complete_json(self, system, user, schema, purpose=purpose, max_tokens=max_tokens)
+
+
+async def complete_json(llm: LLM, system: str, user: str, schema: type[M], *, purpose: str,
+                        max_tokens: int | None = None) -> M:
+    """Ask for JSON matching `schema`; one repair round with the validation error, then LLMError."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    for attempt in range(2):
+        result = await llm.complete(messages, purpose=purpose, max_tokens=max_tokens, json_mode=True)
+        try:
+            return schema.model_validate(extract_json(result.content))
+        except (ValueError, ValidationError) as exc:
+            if attempt == 1:
+                raise LLMError(f"LLM answer for {purpose} did not match its schema: {_short(exc)}") from exc
+            messages += [
+                {"role": "assistant", "content": result.content},
+                {"role": "user", "content": f"That answer was not valid: {_short(exc)}. Reply with only the corrected JSON."},
+            ]
+    raise AssertionError("unreachable")
+
+
+def _short(exc: object, limit: int = 300) -> str:
+    text = str(exc).replace("\n", " ")
+    return text[:limit]

@@ -1,0 +1,73 @@
+"""Pure scoring functions of recall, each with its formula. No I/O here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+import numpy as np
+
+
+def rrf(rankings: Sequence[Sequence[str]], k: int = 60, weights: Sequence[float] | None = None) -> dict[str, float]:
+    """Reciprocal rank fusion: score(d) = sum_i w_i / (k + rank_i(d)), ranks from 1."""
+    weights = weights or [1.0] * len(rankings)
+    scores: dict[str, float] = {}
+    for ranking, w in zip(rankings, weights):
+        for rank, doc in enumerate(ranking, start=1):
+            scores[doc] = scores.get(doc, 0.0) + w / (k + rank)
+    return scores
+
+
+def time_decay(age_days: float, half_life_days: float = 14.0, floor: float = 0.3) -> float:
+    """Recency factor: floor + (1 - floor) * 0.5 ** (age_days / half_life); 1 for age <= 0."""
+    if half_life_days <= 0:
+        return 1.0
+    return floor + (1.0 - floor) * 0.5 ** (max(age_days, 0.0) / half_life_days)
+
+
+def age_days(created_at: datetime, now: datetime) -> float:
+    return (now - created_at).total_seconds() / 86400.0
+
+
+def mmr(scores: Mapping[str, float], vectors: Mapping[str, np.ndarray], limit: int, lam: float = 0.7) -> list[str]:
+    """Maximal marginal relevance: repeatedly pick argmax lam * rel(d) - (1 - lam) * max_sim(d, picked).
+
+    `rel` is the score scaled to [0, 1] so it is comparable with cosine similarity. Items
+    without a vector are treated as dissimilar to everything.
+    """
+    if not scores:
+        return []
+    docs = sorted(scores, key=lambda d: -scores[d])
+    top = scores[docs[0]] or 1.0
+    rel = np.array([scores[d] / top for d in docs], dtype=np.float64)
+    dim = next((len(v) for v in vectors.values()), 0)
+    mat = np.array([vectors[d] if d in vectors else np.zeros(dim) for d in docs], dtype=np.float32).reshape(len(docs), dim)
+    sims = mat @ mat.T if dim else np.zeros((len(docs), len(docs)))
+    max_sim = np.zeros(len(docs))
+    free = np.ones(len(docs), dtype=bool)
+    picked: list[int] = []
+    for _ in range(min(limit, len(docs))):
+        val = np.where(free, lam * rel - (1.0 - lam) * max_sim, -np.inf)
+        i = int(np.argmax(val))
+        picked.append(i)
+        free[i] = False
+        max_sim = np.maximum(max_sim, sims[i])
+    return [docs[i] for i in picked]
+
+
+def cut_and_normalise(ranked: Sequence[tuple[str, float]], cutoff: float = 0.3) -> list[tuple[str, float]]:
+    """Drop items scoring below cutoff * top score, then scale so the top is 1.0 (scores in [0, 1])."""
+    if not ranked:
+        return []
+    top = max(s for _, s in ranked)
+    if top <= 0:
+        return []
+    return [(d, s / top) for d, s in ranked if s >= cutoff * top]
+
+
+def word_overlap(a: str, b: str) -> float:
+    """|words(a) & words(b)| / min(|words(a)|, |words(b)|): 1.0 when one text contains the other."""
+    wa, wb = set(a.lower().split()), set(b.lower().split())
+    if not wa or not wb:
+        return 0.0
+    return len(wa & wb) / min(len(wa), len(wb))

@@ -1,0 +1,222 @@
+"""Hybrid recall (DESIGN section 5): vector + BM25 candidates over every memory kind, fused
+with RRF, boosted for pins, decayed by age, diversified with MMR, cut and normalised.
+
+The allowed spaces are always a SQL filter. When the embedder fails, recall degrades to
+keywords only; when everything fails, it returns nothing and logs a warning (memory trouble
+never blocks a reply).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+
+from memory import ranking
+from memory.embed import Embedder
+from memory.fts import keyword_candidates
+from memory.memories import utc_naive
+from memory.prompts import MEMORY_BLOCK_HEADER
+from memory.store import Conn, Store, vector_literal
+from memory.text import MEMORY_CLOSE, MEMORY_OPEN, estimate_tokens, query_terms
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RecallSettings:
+    """Recall parameters; defaults from DESIGN section 5."""
+
+    candidate_factor: int = 5
+    min_candidates: int = 30
+    rrf_k: int = 60
+    pinned_boost: float = 1.5
+    mmr_lambda: float = 0.7
+    half_life_days: float = 14.0
+    decay_floor: float = 0.3
+    cutoff: float = 0.3
+    inject_items: int = 6
+    inject_tokens: int = 800
+    inject_skills: int = 2
+    search_default: int = 10
+    search_max: int = 20
+    fold_overlap: float = 0.7
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHit:
+    """One recalled memory, with a score in [0, 1] and the chunks it stands for."""
+
+    id: str
+    kind: str
+    space_id: str
+    title: str
+    text: str
+    score: float
+    created_at: datetime
+    pinned: bool = False
+    role: str | None = None
+    speaker: str | None = None
+    category: str | None = None
+    source_ids: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class RecallTiming:
+    embed_ms: float
+    search_ms: float
+
+
+_ROW_SQL = """
+SELECT m.id, m.kind, m.space_id, m.title, m.text, m.created_at, m.pinned, m.role, m.speaker, m.category,
+       m.embedding,
+       CASE m.kind
+         WHEN 'fact' THEN (SELECT list(chunk_id ORDER BY chunk_id) FROM fact_sources s WHERE s.fact_id = m.id)
+         WHEN 'task' THEN (SELECT list(c.id ORDER BY c.created_at) FROM memories c WHERE c.task_id = m.id AND c.kind = 'chunk')
+         ELSE [m.id]
+       END AS sources
+FROM memories m
+WHERE m.id IN (SELECT unnest($ids)) AND m.space_id IN (SELECT unnest($spaces)) AND m.status = 'active'
+"""
+
+
+class Recaller:
+    """Finds the memories that matter for a query, within the spaces a speaker may see."""
+
+    def __init__(self, store: Store, embedder: Embedder, settings: RecallSettings | None = None,
+                 clock: Callable[[], datetime] | None = None) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.settings = settings or RecallSettings()
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self.last_timing = RecallTiming(0.0, 0.0)
+
+    def search(self, query: str, space_ids: Sequence[str], *, limit: int | None = None,
+               kinds: Sequence[str] | None = None, now: datetime | None = None) -> list[MemoryHit]:
+        """Blocking hybrid search (run it in a thread from async code)."""
+        s = self.settings
+        limit = max(1, min(limit or s.search_default, 100))
+        if not query.strip() or not space_ids:
+            return []
+        t0 = time.perf_counter()
+        qvec: np.ndarray | None
+        try:
+            qvec = self.embedder.embed_query(query)
+        except Exception:
+            log.warning("query embedding failed; recall falls back to keywords", exc_info=True)
+            qvec = None
+        t1 = time.perf_counter()
+        n = max(limit * s.candidate_factor, s.min_candidates)
+        terms = query_terms(query)
+        hits = self.store.read(lambda con: self._search(con, qvec, terms, list(space_ids), n, limit, kinds,
+                                                        utc_naive(now or self._clock())))
+        self.last_timing = RecallTiming((t1 - t0) * 1000, (time.perf_counter() - t1) * 1000)
+        return hits
+
+    async def asearch(self, query: str, space_ids: Sequence[str], **kw) -> list[MemoryHit]:
+        import asyncio
+
+        try:
+            return await asyncio.to_thread(self.search, query, space_ids, **kw)
+        except Exception:
+            log.warning("recall failed; answering without memory", exc_info=True)
+            return []
+
+    # ------------------------------------------------------------------------------------------
+    def _search(self, con: Conn, qvec, terms, spaces, n, limit, kinds, now) -> list[MemoryHit]:
+        s = self.settings
+        kind_filter = "AND kind IN (SELECT unnest($kinds))" if kinds else ""
+        vec_ids: list[str] = []
+        if qvec is not None:
+            params = {"q": vector_literal(qvec), "spaces": spaces, "n": n}
+            if kinds:
+                params["kinds"] = list(kinds)
+            vec_ids = [r[0] for r in con.execute(
+                f"""SELECT id FROM memories
+                    WHERE space_id IN (SELECT unnest($spaces)) AND status = 'active' AND embedding IS NOT NULL {kind_filter}
+                    ORDER BY array_inner_product(embedding, $q::VARCHAR::FLOAT[{len(qvec)}]) DESC LIMIT $n""",
+                params,
+            ).fetchall()]
+        kw_ids = [i for i, _ in keyword_candidates(con, terms, spaces, n, kinds)]
+        fused = ranking.rrf([vec_ids, kw_ids], k=s.rrf_k)
+        if not fused:
+            return []
+        rows = con.execute(_ROW_SQL, {"ids": list(fused), "spaces": spaces}).fetchall()
+        by_id = {r[0]: r for r in rows}
+        scores: dict[str, float] = {}
+        vectors: dict[str, np.ndarray] = {}
+        for doc, base in fused.items():
+            r = by_id.get(doc)
+            if r is None:
+                continue
+            score = base * (s.pinned_boost if r[6] else 1.0)
+            score *= ranking.time_decay(ranking.age_days(r[5], now), s.half_life_days, s.decay_floor)
+            scores[doc] = score
+            if r[10] is not None:
+                vectors[doc] = np.asarray(r[10], dtype=np.float32)
+        order = ranking.mmr(scores, vectors, limit, s.mmr_lambda) if s.mmr_lambda < 1 else \
+            sorted(scores, key=lambda d: -scores[d])[:limit]
+        kept = ranking.cut_and_normalise([(d, scores[d]) for d in order], s.cutoff)
+        return [
+            MemoryHit(id=d, kind=by_id[d][1], space_id=by_id[d][2], title=by_id[d][3], text=by_id[d][4],
+                      score=round(sc, 4), created_at=by_id[d][5], pinned=by_id[d][6], role=by_id[d][7],
+                      speaker=by_id[d][8], category=by_id[d][9], source_ids=tuple(by_id[d][11] or ()))
+            for d, sc in kept
+        ]
+
+
+def fold_overlapping(hits: Sequence[MemoryHit], threshold: float = 0.7) -> list[MemoryHit]:
+    """Fold hits whose words overlap more than `threshold` into the higher-ranked one."""
+    kept: list[MemoryHit] = []
+    for h in hits:
+        if all(ranking.word_overlap(h.text, k.text) <= threshold for k in kept):
+            kept.append(h)
+    return kept
+
+
+def humanize_age(created_at: datetime, now: datetime) -> str:
+    """'today', 'yesterday', '3 days ago', '2 weeks ago', '5 months ago', '2 years ago'."""
+    days = (utc_naive(now) - utc_naive(created_at)).total_seconds() / 86400
+    if days < 1:
+        return "today"
+    if days < 2:
+        return "yesterday"
+    if days < 14:
+        return f"{int(days)} days ago"
+    if days < 60:
+        return f"{int(days // 7)} weeks ago"
+    if days < 730:
+        return f"{int(days // 30)} months ago"
+    return f"{int(days // 365)} years ago"
+
+
+_KIND_LABEL = {"fact": "fact", "chunk": "said", "task": "task", "skill": "skill"}
+
+
+def render_block(hits: Sequence[MemoryHit], now: datetime, *, max_items: int = 6, max_tokens: int = 800,
+                 fold: float = 0.7) -> str:
+    """The <memory-context> block injected before the user's message ('' when no hit fits)."""
+    lines: list[str] = []
+    budget = max_tokens - estimate_tokens(MEMORY_BLOCK_HEADER) - 8
+    for h in fold_overlapping(hits, fold)[:max_items]:
+        who = f" {h.speaker}" if h.kind == "chunk" and h.speaker else (" user" if h.role == "user" else "")
+        pin = ", pinned" if h.pinned else ""
+        text = " ".join(h.text.split())
+        line = f"- [{h.id}] ({_KIND_LABEL.get(h.kind, h.kind)}{who}, {humanize_age(h.created_at, now)}"\
+               f", {utc_naive(h.created_at):%Y-%m-%d}{pin}) {text}"
+        cost = estimate_tokens(line)
+        if cost > budget:
+            if budget > 40 and not lines:
+                line = line[: budget * 3] + "…"
+                cost = budget
+            else:
+                break
+        lines.append(line)
+        budget -= cost
+    if not lines:
+        return ""
+    return "\n".join([MEMORY_OPEN, MEMORY_BLOCK_HEADER, *lines, MEMORY_CLOSE])

@@ -1,0 +1,173 @@
+"""Text handling shared by ingest and recall: normalisation, hashing, tokens, CJK, redaction.
+
+Tokenisation: Latin text is split by a regex and lowercased; CJK runs go through jieba's
+`cut_for_search`, loaded lazily (its dictionary takes ~1.5 s) with its cache in the data folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+import unicodedata
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MEMORY_OPEN = "<memory-context>"
+MEMORY_CLOSE = "</memory-context>"
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+_SPACES = re.compile(r"[ \t\u00a0\u3000]+")
+_MEMORY_BLOCK = re.compile(r"<memory-context>.*?(?:</memory-context>|\Z)\s*", re.DOTALL | re.IGNORECASE)
+
+# A small, deliberate English stopword list: BM25 over LoCoMo finds 65.8% of the evidence in the
+# top 10 when the query drops these, against 53.8% when it keeps every word (DESIGN section 9).
+EN_STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further
+    had has have having he her here hers herself him himself his how i if in into is it its itself
+    just me more most my myself no nor not now of off on once only or other our ours ourselves out
+    over own same she should so some such than that the their theirs them themselves then there
+    these they this those through to too under until up very was we were what when where which
+    while who whom why will with would you your yours yourself yourselves s t don ll ve re d m
+    o y ain aren couldn didn doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn
+    weren won wouldn also ever get got let lets like might must one shall us via yes yet
+    did does kind sort thing things something anything""".split()
+)
+ZH_STOPWORDS = frozenset(
+    "的 了 和 是 就 都 而 及 与 着 或 一个 没有 我们 你们 他们 她们 是否 吗 呢 吧 啊 呀 么 什么 怎么 "
+    "哪 哪里 哪个 这 那 这个 那个 在 也 有 被 把 给 让 从 向 对 于 上 下 中 里 之 为 以 其 "
+    "还 又 很 太 更 最 过 去 来 会 能 要 想 说 请 一下 一些 吗 嗯 哦".split()
+)
+STOPWORDS = EN_STOPWORDS | ZH_STOPWORDS
+
+
+def normalize(text: str) -> str:
+    """NFKC, unified newlines, collapsed runs of spaces, trimmed lines and ends."""
+    text = unicodedata.normalize("NFKC", text).replace("\r\n", "\n").replace("\r", "\n")
+    lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+def content_hash(text: str) -> str:
+    """SHA-256 of the normalised, case-folded text: the exact-duplicate key."""
+    return hashlib.sha256(normalize(text).casefold().encode("utf-8")).hexdigest()
+
+
+def has_cjk(text: str) -> bool:
+    """True when the text holds Chinese, Japanese or Korean characters."""
+    return _CJK.search(text) is not None
+
+
+def strip_memory_context(text: str) -> str:
+    """Remove every injected <memory-context> block (idempotent; the user's own words are kept).
+
+    An unclosed block (a truncated echo) is removed to the end of the text, because everything
+    after our opening tag was written by us.
+    """
+    return _MEMORY_BLOCK.sub("", text).strip()
+
+
+class _Jieba:
+    """Lazily loaded jieba tokenizer whose dictionary cache lives in our data folder."""
+
+    def __init__(self) -> None:
+        self._tk = None
+        self._lock = threading.Lock()
+        self.cache_dir: Path | None = None
+
+    def get(self):
+        if self._tk is None:
+            with self._lock:
+                if self._tk is None:
+                    import jieba
+
+                    jieba.setLogLevel(logging.WARNING)
+                    tk = jieba.Tokenizer()
+                    if self.cache_dir is not None:
+                        self.cache_dir.mkdir(parents=True, exist_ok=True)
+                        tk.tmp_dir = str(self.cache_dir)
+                        tk.cache_file = str(self.cache_dir / "jieba.cache")
+                    tk.initialize()
+                    self._tk = tk
+        return self._tk
+
+
+_jieba = _Jieba()
+
+
+def set_jieba_cache_dir(path: Path) -> None:
+    """Keep jieba's dictionary cache under `path` (our data folder) instead of /tmp."""
+    _jieba.cache_dir = Path(path)
+
+
+def tokenize(text: str) -> list[str]:
+    """Search tokens: lowercased words; CJK runs segmented by jieba's cut_for_search."""
+    out: list[str] = []
+    pos = 0
+    lowered = unicodedata.normalize("NFKC", text).lower()
+    for m in _CJK_RUN.finditer(lowered):
+        out.extend(_WORD.findall(lowered[pos : m.start()]))
+        out.extend(t for t in _jieba.get().cut_for_search(m.group()) if t.strip())
+        pos = m.end()
+    out.extend(_WORD.findall(lowered[pos:]))
+    return [t.replace("’", "'") for t in out]
+
+
+def search_text(text: str) -> str:
+    """The space-joined tokens the FTS index sees (it splits on whitespace only)."""
+    return " ".join(tokenize(text))
+
+
+def query_terms(text: str) -> list[str]:
+    """Query tokens without stopwords, deduplicated in order; all tokens if every one is a stopword."""
+    toks = tokenize(text)
+    kept = [t for t in toks if t not in STOPWORDS and not (len(t) == 1 and t.isascii())]
+    return list(dict.fromkeys(kept or toks))
+
+
+def estimate_tokens(text: str) -> int:
+    """A cheap token estimate: ~4 Latin characters or ~1.5 CJK characters per token."""
+    cjk = len(_CJK.findall(text))
+    return int(cjk / 1.5 + (len(text) - cjk) / 4) + 1
+
+
+def trim(text: str, limit: int) -> str:
+    """Cut to `limit` characters at a word boundary, with an ellipsis when cut."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    if not has_cjk(cut) and " " in cut[limit // 2 :]:
+        cut = cut[: cut.rfind(" ")]
+    return cut.rstrip(" ,.;:") + "…"
+
+
+# --- redaction -------------------------------------------------------------------------------
+# Secrets never reach an LLM, a summary or a log. The patterns cover the common key shapes;
+# a generic "password: xyz" catches what people type themselves.
+_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S), "[REDACTED_PRIVATE_KEY]"),
+    (re.compile(r"\b(?:sk|pk|rk)-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_\-]{16,}"), "[REDACTED_KEY]"),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), "[REDACTED_KEY]"),
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), "[REDACTED_KEY]"),
+    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "[REDACTED_KEY]"),
+    (re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"), "[REDACTED_KEY]"),
+    (re.compile(r"\b\d{8,10}:[A-Za-z0-9_-]{35}\b"), "[REDACTED_KEY]"),  # Telegram bot token
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"), "[REDACTED_JWT]"),
+    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{12,}"), r"\1 [REDACTED]"),
+    (re.compile(r"(?i)(\b(?:api[_-]?key|secret|token|access[_-]?key|passwd|password|pwd)\b\s*[:=]\s*)(\"[^\"]+\"|'[^']+'|\S+)"), r"\1[REDACTED]"),
+    (re.compile(r"((?:密码|口令|密钥|令牌)\s*(?:是|为|:|：)\s*)(\S+)"), r"\1[REDACTED]"),
+    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)([^\s@/]+)(@)"), r"\1[REDACTED]\3"),
+)
+
+
+def redact(text: str) -> str:
+    """Replace API keys, bearer tokens, passwords and private keys by placeholders."""
+    for pattern, repl in _SECRET_PATTERNS:
+        text = pattern.sub(repl, text)
+    return text
