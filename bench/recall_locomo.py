@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--half-life", type=float, default=None, help="override the decay half-life (ablation)")
     ap.add_argument("--floor", type=float, default=None, help="override the decay floor (ablation)")
     ap.add_argument("--mmr", type=float, default=None, help="override MMR lambda (ablation)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any RecallSettings field (ablation)")
     ap.add_argument("--db", default=None, help="keep the ingested database here and reuse it (ablations)")
     args = ap.parse_args(argv)
 
@@ -91,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.mmr is not None:
         settings = replace(settings, mmr_lambda=args.mmr)
 
+    for item in args.set:
+        key, value = item.split("=", 1)
+        settings = replace(settings, **{key: type(getattr(settings, key))(value)})
     tmp = tempfile.TemporaryDirectory()
     db = Path(args.db) if args.db else Path(tmp.name) / "bench.duckdb"
     reuse = db.exists()

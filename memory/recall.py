@@ -21,7 +21,8 @@ from memory.embed import Embedder
 from memory.fts import keyword_candidates
 from memory.memories import utc_naive
 from memory.prompts import MEMORY_BLOCK_HEADER
-from memory.store import Conn, Store, vector_literal
+from memory.store import Conn, Store
+from memory.vectors import vector_candidates
 from memory.text import MEMORY_CLOSE, MEMORY_OPEN, estimate_tokens, query_terms
 
 log = logging.getLogger(__name__)
@@ -33,11 +34,16 @@ class RecallSettings:
 
     candidate_factor: int = 5
     min_candidates: int = 30
+    fusion: str = "convex"          # convex | rrf (DESIGN's RRF; convex measured better, see ranking.py)
+    keyword_weight: float = 0.5     # convex: share of the keyword score
     rrf_k: int = 60
     pinned_boost: float = 1.5
     mmr_lambda: float = 0.7
     half_life_days: float = 14.0
-    decay_floor: float = 0.3
+    # MemOS uses a 0.3 floor; with it a months-old exact answer loses to yesterday's small talk
+    # (LoCoMo R@10 66% vs 73% without decay). 0.8 keeps recency a tie-breaker: newer wins among
+    # equally relevant memories, relevance wins otherwise.
+    decay_floor: float = 0.8
     cutoff: float = 0.3
     inject_items: int = 6
     inject_tokens: int = 800
@@ -129,20 +135,12 @@ class Recaller:
     # ------------------------------------------------------------------------------------------
     def _search(self, con: Conn, qvec, terms, spaces, n, limit, kinds, now) -> list[MemoryHit]:
         s = self.settings
-        kind_filter = "AND kind IN (SELECT unnest($kinds))" if kinds else ""
-        vec_ids: list[str] = []
-        if qvec is not None:
-            params = {"q": vector_literal(qvec), "spaces": spaces, "n": n}
-            if kinds:
-                params["kinds"] = list(kinds)
-            vec_ids = [r[0] for r in con.execute(
-                f"""SELECT id FROM memories
-                    WHERE space_id IN (SELECT unnest($spaces)) AND status = 'active' AND embedding IS NOT NULL {kind_filter}
-                    ORDER BY array_inner_product(embedding, $q::VARCHAR::FLOAT[{len(qvec)}]) DESC LIMIT $n""",
-                params,
-            ).fetchall()]
-        kw_ids = [i for i, _ in keyword_candidates(con, terms, spaces, n, kinds)]
-        fused = ranking.rrf([vec_ids, kw_ids], k=s.rrf_k)
+        vec = vector_candidates(con, qvec, spaces, n, kinds) if qvec is not None else []
+        kw = keyword_candidates(con, terms, spaces, n, kinds)
+        if s.fusion == "rrf":
+            fused = ranking.rrf([[d for d, _ in vec], [d for d, _ in kw]], k=s.rrf_k)
+        else:
+            fused = ranking.convex_fusion(vec, kw, s.keyword_weight)
         if not fused:
             return []
         rows = con.execute(_ROW_SQL, {"ids": list(fused), "spaces": spaces}).fetchall()

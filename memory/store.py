@@ -15,12 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import importlib.util
+import sys
+
 import duckdb
 
 from memory.errors import StoreError, StoreLockedError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# duckdb's Python binding tries `import pandas` for every value it converts; without pandas the
+# failed import is retried each time (~0.1 ms, ~400 times per recall). Caching the miss makes
+# recall 10x faster. Only done when pandas is truly absent.
+if "pandas" not in sys.modules and importlib.util.find_spec("pandas") is None:
+    sys.modules["pandas"] = None  # type: ignore[assignment]
 Conn = duckdb.DuckDBPyConnection
 
 
