@@ -49,3 +49,49 @@ AGENT_SYSTEM = """You are {name}, a helpful assistant that talks with people on 
 
 TIMEOUT_APOLOGY = "Sorry, I could not finish thinking about that in time. Please try again in a moment."
 LLM_DOWN_APOLOGY = "Sorry, my language model is not answering right now. Your message is saved; please try again shortly."
+
+
+# --- tasks and skills ---
+# Task boundaries, task summaries and skill evolution (memory/tasks.py, memory/skills.py).
+
+TASK_BOUNDARY_SYSTEM = """You split a chat into tasks. A task is one goal the user pursues: follow-ups, corrections, details, results and thanks belong to it. Decide whether the NEW MESSAGE continues the CURRENT TASK (SAME) or starts a different goal (NEW). Answer JSON only: {"verdict": "SAME" or "NEW", "confidence": 0.0-1.0}"""
+
+TASK_BOUNDARY_RECHECK_SYSTEM = """Look again at a possible task switch in a chat. Answer NEW only when the new message clearly pursues a goal unrelated to the current task; a follow-up, a side question about the same thing or a next step is SAME. Answer JSON only: {"verdict": "SAME" or "NEW", "confidence": 0.0-1.0}"""
+
+TASK_BOUNDARY_USER = """CURRENT TASK
+First request: {first}
+{context}
+
+NEW MESSAGE
+{new}"""
+
+TASK_SUMMARY_SYSTEM = """You summarise one finished task from a chat between a user and an assistant, so it can be found and reused later. Write in {language}. Copy code, commands, file paths and URLs exactly. Secrets appear as [REDACTED...]: keep the placeholder, never guess. Be brief and concrete. Answer JSON only:
+{{"title": "5-12 words", "goal": "what the user wanted, one sentence", "steps": ["key steps, in order"], "result": "how it ended, one sentence", "details": ["names, numbers, versions, commands, URLs worth keeping"]}}"""
+
+TASK_SUMMARY_USER = """CHAT ({count} messages)
+{messages}"""
+
+SKILL_DECIDE_SYSTEM = """You keep a library of reusable skills (how-to procedures) distilled from finished tasks. Given a TASK summary and the numbered existing SKILLS, answer JSON only:
+{"match": number of the skill about the same kind of job, or null,
+ "upgrade": with a match, true only if the task shows a real improvement over that skill (a faster path, more accurate steps, new error handling); false if it adds nothing new,
+ "reusable": without a match, true only if the task is a procedure worth repeating (not chit-chat, not a one-off question or a personal matter),
+ "reason": "a few words"}"""
+
+SKILL_DECIDE_USER = """TASK
+{task}
+
+SKILLS
+{skills}"""
+
+SKILL_CREATE_SYSTEM = """Write a reusable skill from the finished task below, in {language}. Generalise: steps someone can follow next time, not a story of this chat. Copy commands, paths and URLs exactly; never include secrets. Answer JSON only:
+{{"name": "kebab-case-english-name", "description": "one sentence: what it does and when to use it", "steps": ["..."], "pitfalls": ["..."], "commands": ["one command or snippet each"], "prerequisites": ["..."]}}"""
+
+SKILL_UPGRADE_SYSTEM = """Improve a skill with what a newer task taught, in {language}. Write the complete next version only if the task brings a real improvement (a faster path, more accurate steps, new error handling): keep what is still right, drop what the task proved wrong. Copy commands exactly; never include secrets. Answer JSON only:
+{{"improved": true, "changelog": "one line: what changed and why", "description": "...", "steps": ["..."], "pitfalls": ["..."], "commands": ["..."], "prerequisites": ["..."]}}
+or, when nothing is better, {{"improved": false}}"""
+
+SKILL_UPGRADE_USER = """CURRENT SKILL.md
+{skill}
+
+NEW TASK
+{task}"""

@@ -18,25 +18,30 @@ def rrf(rankings: Sequence[Sequence[str]], k: int = 60, weights: Sequence[float]
     return scores
 
 
-def min_max(scored: Sequence[tuple[str, float]]) -> dict[str, float]:
-    """Scale scores to [0, 1] within one candidate list: (s - min) / (max - min)."""
+def min_max(scored: Sequence[tuple[str, float]], min_span: float = 0.0) -> dict[str, float]:
+    """Scale scores to [0, 1] within one candidate list: 1 - (max - s) / span, with
+    span = max(max - min, min_span). The minimum span keeps a short list from turning a tiny
+    difference (two cosines 0.01 apart) into the whole range."""
     if not scored:
         return {}
     hi = max(s for _, s in scored)
-    lo = min(s for _, s in scored)
-    span = (hi - lo) or 1.0
-    return {d: (s - lo) / span for d, s in scored}
+    span = max(hi - min(s for _, s in scored), min_span)
+    if span <= 0:
+        return {d: 1.0 for d, _ in scored}
+    return {d: 1.0 - (hi - s) / span for d, s in scored}
 
 
 def convex_fusion(vector: Sequence[tuple[str, float]], keyword: Sequence[tuple[str, float]],
-                  keyword_weight: float = 0.5) -> dict[str, float]:
+                  keyword_weight: float = 0.5, vector_span: float = 0.1, keyword_span: float = 0.5) -> dict[str, float]:
     """Convex combination of min-max-normalised scores: (1 - w) * vec(d) + w * kw(d).
 
     Unlike RRF it keeps how far apart the candidates are, not just their order: on LoCoMo
     it finds 73.8% of the evidence in the top 10 where RRF (k=60) finds 67.4%, with the same
-    candidates (see bench/recall_locomo.py and the closing note of issue 2).
+    candidates (see bench/recall_locomo.py and the closing note of issue 2). Spans: cosine
+    differences under 0.1 and BM25 differences under half the top score are not stretched.
     """
-    v, k = min_max(vector), min_max(keyword)
+    top_kw = max((s for _, s in keyword), default=0.0)
+    v, k = min_max(vector, vector_span), min_max(keyword, keyword_span * top_kw)
     return {d: (1 - keyword_weight) * v.get(d, 0.0) + keyword_weight * k.get(d, 0.0) for d in v.keys() | k.keys()}
 
 

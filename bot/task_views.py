@@ -1,0 +1,104 @@
+"""Plain-text views for chat commands and the CLI: /tasks, /skills, /skill NAME, /jobs.
+
+Pure functions of the views they get (and `now`, for ages); no I/O. Plain text, because every
+channel can show it and the adapters add formatting with a plain-text fallback themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from bot.scheduler import JobStatus
+from memory.memories import utc_naive
+from memory.skills import SkillVersionView, SkillView
+from memory.tasks import TaskView
+from memory.text import trim
+
+_STATUS_MARK = {"open": "…", "completed": "✓", "skipped": "–"}
+
+
+def _when(dt: datetime | None) -> str:
+    return "never" if dt is None else f"{utc_naive(dt):%Y-%m-%d %H:%M}"
+
+
+def format_duration(seconds: float | None) -> str:
+    """'0.4s', '12s', '3m05s', '2h01m'; '-' for None."""
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def format_interval(interval: timedelta | None) -> str:
+    """'every 5m', 'every 2h', 'every 1d'; '' for None."""
+    if interval is None:
+        return ""
+    s = int(interval.total_seconds())
+    if s % 86400 == 0:
+        return f"every {s // 86400}d"
+    if s % 3600 == 0:
+        return f"every {s // 3600}h"
+    if s % 60 == 0:
+        return f"every {s // 60}m"
+    return f"every {s}s"
+
+
+def format_tasks(tasks: Sequence[TaskView]) -> str:
+    """/tasks: one line per task, newest first as given: mark, id, title or first request, status."""
+    if not tasks:
+        return "No tasks yet."
+    lines = ["Recent tasks:"]
+    for t in tasks:
+        label = t.title or trim(t.first_user_text or "(no user message)", 60)
+        status = t.status if t.status != "skipped" else f"skipped: {t.skip_reason or '?'}"
+        if t.status == "open" and t.closed_at is not None:
+            status = "closing"
+        lines.append(f"{_STATUS_MARK.get(t.status, '?')} {t.id} {label} [{status}, {t.chunk_count} msgs, "
+                     f"{_when(t.last_at)}]")
+    lines.append("Use task_summary with an id to read a summary.")
+    return "\n".join(lines)
+
+
+def format_skills(skills: Sequence[SkillView]) -> str:
+    """/skills: name, version, uses and description of each skill."""
+    if not skills:
+        return "No skills yet. They grow from finished how-to tasks."
+    lines = ["Skills:"]
+    for k in skills:
+        uses = "1 use" if k.usage_count == 1 else f"{k.usage_count} uses"
+        lines.append(f"- {k.name} (v{k.version}, {uses}): {trim(k.description, 120)}")
+    lines.append("Show one with /skill NAME.")
+    return "\n".join(lines)
+
+
+def format_skill(skill: SkillView, history: Sequence[SkillVersionView] = ()) -> str:
+    """/skill NAME: the SKILL.md of the latest version, then the version history."""
+    parts = [skill.content.rstrip()]
+    if history:
+        parts.append("")
+        parts.append("Version history:")
+        for v in sorted(history, key=lambda v: v.version):
+            parts.append(f"v{v.version} {_when(v.created_at)}: {v.changelog or ''}".rstrip(": "))
+    return "\n".join(parts)
+
+
+def format_jobs(statuses: Sequence[JobStatus]) -> str:
+    """`memgate jobs` and /jobs: each job's schedule, last run, duration, next run and last error."""
+    if not statuses:
+        return "No scheduled jobs."
+    lines = ["Jobs:"]
+    for j in statuses:
+        state = "running" if j.running else ("failed" if j.last_error else ("ok" if j.last_run else "not run yet"))
+        head = f"- {j.name} ({format_interval(j.interval)})" if j.interval else f"- {j.name}"
+        lines.append(f"{head}: {state}; last {_when(j.last_run)} took {format_duration(j.duration_s)}; "
+                     f"next {_when(j.next_run)}; runs {j.runs}, failures {j.failures}")
+        if j.last_error:
+            lines.append(f"    error: {trim(j.last_error, 200)}")
+    return "\n".join(lines)

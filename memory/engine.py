@@ -1,0 +1,268 @@
+"""MemoryEngine: the memory library's one entry point for the layers above.
+
+It wires the store, the embedder, recall, capture and the ingest worker, and offers the
+operations the tools and chat commands need (search, get, timeline, store, forget, pin,
+export, import, re-embed). Every read and write names the spaces it may touch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from memory.capture import CapturedTurn, capture
+from memory.embed import Embedder
+from memory.fts import fresh_count, rebuild_index
+from memory.ingest import IngestSettings, IngestWorker
+from memory.llm import LLM
+from memory.memories import (
+    RECORD_COLUMNS, MemoryRecord, NewMemory, bump_seq, ensure_space, get_records, insert_memories, to_record, utc_naive,
+)
+from memory.recall import MemoryHit, Recaller, RecallSettings, render_block
+from memory.store import Conn, Store, vectors_literal
+from memory.text import content_hash, normalize, set_jieba_cache_dir, trim
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetResult:
+    forgotten: tuple[str, ...]
+    refused: tuple[str, ...]      # not found in the caller's spaces
+
+
+class MemoryEngine:
+    """Everything the bot needs from memory, behind one object."""
+
+    def __init__(self, store: Store, embedder: Embedder, llm: LLM | None, *, data_dir: Path | None = None,
+                 recall_settings: RecallSettings | None = None, ingest_settings: IngestSettings | None = None,
+                 clock: Callable[[], datetime] | None = None, on_ingested=None) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.llm = llm
+        self.clock = clock or (lambda: datetime.now(UTC))
+        if data_dir is not None:
+            set_jieba_cache_dir(Path(data_dir) / "cache")
+        self.recaller = Recaller(store, embedder, recall_settings, clock=self.clock)
+        self.worker = IngestWorker(store, embedder, llm, clock=self.clock, settings=ingest_settings, on_ingested=on_ingested)
+
+    @property
+    def recall_settings(self) -> RecallSettings:
+        return self.recaller.settings
+
+    # --- spaces ----------------------------------------------------------------------------
+    async def ensure_space(self, space_id: str, kind: str, name: str | None = None) -> None:
+        await self.store.awrite(lambda c: ensure_space(c, space_id, kind, name, self.clock()))
+
+    # --- recall ----------------------------------------------------------------------------
+    async def search(self, query: str, space_ids: Sequence[str], *, limit: int | None = None,
+                     kinds: Sequence[str] | None = None) -> list[MemoryHit]:
+        return await self.recaller.asearch(query, space_ids, limit=limit, kinds=kinds)
+
+    async def recall_block(self, query: str, space_ids: Sequence[str]) -> tuple[str, list[MemoryHit]]:
+        """Auto-recall: the <memory-context> block ('' when nothing relevant) and its hits."""
+        s = self.recaller.settings
+        hits = await self.search(query, space_ids, limit=s.inject_items, kinds=("chunk", "fact", "task"))
+        return render_block(hits, self.clock(), max_items=s.inject_items, max_tokens=s.inject_tokens,
+                            fold=s.fold_overlap), hits
+
+    # --- capture ---------------------------------------------------------------------------
+    async def capture(self, turn: CapturedTurn) -> bool:
+        queued = await asyncio.to_thread(capture, self.store, turn)
+        if queued:
+            self.worker.notify()
+        return queued
+
+    # --- records ---------------------------------------------------------------------------
+    async def get(self, ids: Sequence[str], space_ids: Sequence[str]) -> list[MemoryRecord]:
+        return await self.store.aread(lambda c: get_records(c, ids, space_ids))
+
+    async def timeline(self, memory_id: str, space_ids: Sequence[str], window: int = 3) -> list[MemoryRecord]:
+        """The chunks around a memory in its session (for a fact: around its first source)."""
+
+        def read(con: Conn) -> list[MemoryRecord]:
+            row = con.execute(
+                """SELECT coalesce((SELECT min(chunk_id) FROM fact_sources WHERE fact_id = m.id), m.id)
+                   FROM memories m WHERE id = ? AND space_id IN (SELECT unnest(?))""",
+                [memory_id, list(space_ids)]).fetchone()
+            if not row:
+                return []
+            anchor = con.execute("SELECT space_id, session_id, created_at FROM memories WHERE id = ?", [row[0]]).fetchone()
+            if not anchor:
+                return []
+            space, session, at = anchor
+            rows = con.execute(
+                f"""(SELECT {RECORD_COLUMNS} FROM memories WHERE kind = 'chunk' AND space_id = $s
+                        AND session_id IS NOT DISTINCT FROM $sess AND created_at < $at AND status <> 'deleted'
+                        ORDER BY created_at DESC LIMIT $w)
+                    UNION ALL
+                    (SELECT {RECORD_COLUMNS} FROM memories WHERE kind = 'chunk' AND space_id = $s
+                        AND session_id IS NOT DISTINCT FROM $sess AND created_at >= $at AND status <> 'deleted'
+                        ORDER BY created_at LIMIT $w1)""",
+                {"s": space, "sess": session, "at": at, "w": window, "w1": window + 1}).fetchall()
+            return sorted((to_record(r) for r in rows), key=lambda r: r.created_at)
+
+        return await self.store.aread(read)
+
+    async def list(self, space_ids: Sequence[str], *, kinds: Sequence[str] = ("fact",), limit: int = 20,
+                   offset: int = 0) -> list[MemoryRecord]:
+        return await self.store.aread(lambda c: [to_record(r) for r in c.execute(
+            f"""SELECT {RECORD_COLUMNS} FROM memories WHERE space_id IN (SELECT unnest(?)) AND kind IN (SELECT unnest(?))
+                AND status = 'active' ORDER BY pinned DESC, created_at DESC LIMIT ? OFFSET ?""",
+            [list(space_ids), list(kinds), limit, offset]).fetchall()])
+
+    async def remember(self, text: str, space_id: str, *, pinned: bool = False, category: str = "about_you",
+                       source: str = "explicit") -> MemoryRecord:
+        """Store a fact the person asked us to keep (no LLM; an exact duplicate is re-used and pinned)."""
+        text = normalize(text)
+        h = content_hash(text)
+        vec = await asyncio.to_thread(self.embedder.embed_passages, [text])
+        now = self.clock()
+
+        def write(con: Conn) -> str:
+            old = con.execute("SELECT id FROM memories WHERE space_id = ? AND kind = 'fact' AND status = 'active' AND content_hash = ?",
+                              [space_id, h]).fetchone()
+            if old:
+                if pinned:
+                    con.execute("UPDATE memories SET pinned = true, updated_at = ? WHERE id = ?", [utc_naive(now), old[0]])
+                return old[0]
+            return insert_memories(con, [NewMemory(space_id=space_id, kind="fact", text=text, title=trim(text, 120),
+                                                   created_at=now, pinned=pinned, category=category, tags=(source,))], vec)[0]
+
+        mid = await self.store.awrite(write)
+        return (await self.get([mid], [space_id]))[0]
+
+    async def forget(self, ids: Sequence[str], space_ids: Sequence[str]) -> ForgetResult:
+        """Mark memories deleted (kept for audit, never recalled again). Pinned ones too: the person asked."""
+
+        def write(con: Conn) -> ForgetResult:
+            found = [r[0] for r in con.execute(
+                "SELECT id FROM memories WHERE id IN (SELECT unnest(?)) AND space_id IN (SELECT unnest(?)) AND status <> 'deleted'",
+                [list(ids), list(space_ids)]).fetchall()]
+            if found:
+                con.execute("UPDATE memories SET status = 'deleted', pinned = false, updated_at = ? WHERE id IN (SELECT unnest(?))",
+                            [utc_naive(self.clock()), found])
+                bump_seq(con, found)
+            return ForgetResult(tuple(found), tuple(i for i in ids if i not in found))
+
+        return await self.store.awrite(write)
+
+    async def set_pinned(self, memory_id: str, space_ids: Sequence[str], pinned: bool) -> bool:
+        def write(con: Conn) -> bool:
+            row = con.execute("SELECT id FROM memories WHERE id = ? AND space_id IN (SELECT unnest(?)) AND status = 'active'",
+                              [memory_id, list(space_ids)]).fetchone()
+            if row:
+                con.execute("UPDATE memories SET pinned = ?, updated_at = ? WHERE id = ?", [pinned, utc_naive(self.clock()), memory_id])
+            return row is not None
+
+        return await self.store.awrite(write)
+
+    # --- export / import -------------------------------------------------------------------
+    def export_rows(self, space_ids: Sequence[str], *, include_inactive: bool = False) -> Iterator[dict]:
+        """Live memories of the given spaces as JSON-ready dicts (facts, chunks, tasks, skills)."""
+        status = "" if include_inactive else "AND status = 'active'"
+        rows = self.store.read(lambda c: c.execute(
+            f"""SELECT id, space_id, kind, role, speaker, title, text, category, tags, pinned, status, session_id,
+                       created_at, (SELECT list(chunk_id) FROM fact_sources WHERE fact_id = m.id) AS sources
+                FROM memories m WHERE space_id IN (SELECT unnest(?)) {status} ORDER BY created_at, id""",
+            [list(space_ids)]).fetchall())
+        keys = ("id", "space_id", "kind", "role", "speaker", "title", "text", "category", "tags", "pinned", "status",
+                "session_id", "created_at", "sources")
+        for r in rows:
+            d = dict(zip(keys, r))
+            d["created_at"] = d["created_at"].isoformat()
+            d["tags"] = list(d["tags"] or [])
+            d["sources"] = list(d["sources"] or [])
+            yield d
+
+    def export_jsonl(self, space_ids: Sequence[str]) -> bytes:
+        return "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in self.export_rows(space_ids)).encode("utf-8")
+
+    def import_rows(self, rows: Iterable[dict], space_id: str | None = None, batch: int = 64,
+                    progress: Callable[[int], None] | None = None) -> int:
+        """Import exported rows (re-embedded here; ids kept unless they exist). Returns rows added."""
+        added = 0
+        chunk: list[dict] = []
+
+        def flush() -> None:
+            nonlocal added
+            if not chunk:
+                return
+            vecs = self.embedder.embed_passages([d["text"] for d in chunk])
+
+            def write(con: Conn) -> int:
+                have = {r[0] for r in con.execute("SELECT id FROM memories WHERE id IN (SELECT unnest(?))",
+                                                  [[d["id"] for d in chunk if d.get("id")]]).fetchall()}
+                rows, keep = [], []
+                for i, d in enumerate(chunk):
+                    rows.append(NewMemory(
+                        space_id=space_id or d["space_id"], kind=d.get("kind", "fact"), text=d["text"],
+                        title=d.get("title") or trim(d["text"], 120), created_at=datetime.fromisoformat(d["created_at"]),
+                        id="" if d.get("id") in have else d.get("id", ""), role=d.get("role"), speaker=d.get("speaker"),
+                        category=d.get("category"), tags=tuple(d.get("tags") or ()), pinned=bool(d.get("pinned")),
+                        session_id=d.get("session_id")))
+                    keep.append(i)
+                insert_memories(con, rows, vecs[keep])
+                return len(rows)
+
+            added += self.store.write(write)
+            if progress:
+                progress(len(chunk))
+            chunk.clear()
+
+        for d in rows:
+            chunk.append(d)
+            if len(chunk) >= batch:
+                flush()
+        flush()
+        return added
+
+    # --- maintenance -----------------------------------------------------------------------
+    def rebuild_fts(self) -> int:
+        return rebuild_index(self.store)
+
+    def fresh_rows(self) -> int:
+        return self.store.read(fresh_count)
+
+    def reembed(self, embedder: Embedder, *, batch: int = 64, progress: Callable[[int], None] | None = None) -> int:
+        """Re-embed every memory with another model (the dimension may change). Returns rows done."""
+        total = self.store.read(lambda c: c.execute("SELECT count(*) FROM memories").fetchone()[0])
+        dim = embedder.dim
+
+        def retype(con: Conn) -> None:
+            con.execute("ALTER TABLE memories DROP COLUMN embedding")
+            con.execute(f"ALTER TABLE memories ADD COLUMN embedding FLOAT[{dim}]")
+            Store.meta_set(con, "embedding_dim", str(dim))
+            Store.meta_set(con, "embedding_model", embedder.name)
+
+        if dim != self.store.dim:
+            self.store.write(retype)
+            self.store.dim = dim
+        done = 0
+        last = ""
+        while True:
+            rows = self.store.read(lambda c: c.execute(
+                "SELECT id, text FROM memories WHERE id > ? ORDER BY id LIMIT ?", [last, batch]).fetchall())
+            if not rows:
+                break
+            vecs = embedder.embed_passages([t for _, t in rows])
+            ids = [i for i, _ in rows]
+            self.store.write(lambda c: c.execute(
+                f"""UPDATE memories SET embedding = v.vec FROM (
+                      SELECT unnest(?) AS id, unnest(?::VARCHAR::FLOAT[{dim}][]) AS vec) v WHERE memories.id = v.id""",
+                [ids, vectors_literal(vecs.tolist())]))
+            done += len(rows)
+            last = ids[-1]
+            if progress:
+                progress(len(rows))
+        self.store.write(lambda c: Store.meta_set(c, "embedding_model", embedder.name))
+        self.embedder = embedder
+        self.recaller.embedder = embedder
+        self.worker.embedder = embedder
+        log.info("re-embedded %d of %d memories with %s", done, total, embedder.name)
+        return done
