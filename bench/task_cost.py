@@ -103,7 +103,10 @@ _TICKS = re.compile(r"`([^`]+)`")
 _IMPROVES = {"verify", "verified", "corrupt", "rotation", "rotate", "fails", "failing", "alert", "alerting", "faster",
              "mail", "mails", "retry"}
 _VERBS = {"back": "backup", "deploy": "deploy", "set": "setup", "install": "install", "configure": "config",
-          "make": "", "fix": "fix", "run": "run"}
+          "make": "", "fix": "fix", "run": "run", "部署": "deploy", "备份": "backup", "安装": "install"}
+_GENERIC = {"database", "server", "file", "files", "site", "website", "ubuntu", "linux"}
+_TOOLS = {"pg_dump": "PostgreSQL client tools (pg_dump, pg_restore)", "crontab": "cron", "docker": "Docker",
+          "ufw": "ufw firewall", "find": "", "chmod": "", "set": ""}
 
 
 def words(text: str) -> set[str]:
@@ -120,7 +123,7 @@ def judge(system: str, user: str) -> dict:
     new = "\n".join(ln[6:] for ln in section(user, "NEW MESSAGE\n").splitlines() if ln.startswith("user: "))
     context = section(user, "CURRENT TASK\n", "NEW MESSAGE")
     shared = words(new) & words(context)
-    short = len(words(new)) < 4 or "thank" in new.lower() or "谢谢" in new
+    short = len(words(new)) < 6 or "thank" in new.lower() or "谢谢" in new
     if "Look again" in system:
         return {"verdict": "SAME" if shared or short else "NEW", "confidence": 0.8}
     if shared:
@@ -152,24 +155,27 @@ def decide(user: str) -> dict:
         new_markers = (words(task) & _IMPROVES) - words(skills[best - 1])
         return {"match": best, "upgrade": bool(new_markers), "reusable": False,
                 "reason": f"adds {', '.join(sorted(new_markers))}" if new_markers else "nothing new"}
-    return {"match": None, "upgrade": False, "reusable": "`" in task or bool(_TICKS.search(task)) or "$ " in task
-            or bool(re.search(r"\b(pg_dump|docker|crontab|sudo)\b", task)), "reason": "procedure with commands"}
+    reusable = bool(_commands(task))
+    return {"match": None, "upgrade": False, "reusable": reusable,
+            "reason": "a procedure with commands" if reusable else "chit-chat, nothing to repeat"}
 
 
 def skill_name(task: str) -> str:
-    title = task.splitlines()[0]
-    commands = " ".join(re.findall(r"\b[\w.-]+\b", " ".join(_commands(task))))
-    kept = [w for w in re.findall(r"[A-Za-z][\w-]*", title) if w.lower() not in STOPWORDS and w.lower() not in commands]
-    verb = _VERBS.get(kept[0].lower()) if kept else None
-    if verb is not None:
-        kept = kept[1:] + ([verb] if verb else [])
-    return kebab_name(" ".join(kept[:4]))
+    """Subject words of the title (instance names such as 'appdb' dropped), then its verb as a noun."""
+    title = re.sub(r"(?i)every (night|day)", lambda m: "nightly" if m.group(1).lower() == "night" else "daily",
+                   task.splitlines()[0])
+    instances = {w for c in _commands(task) for w in re.findall(r"[a-z]+db\b", c)}
+    verb = next((v for k, v in _VERBS.items() if re.search(rf"(?i)(^|\s){k}(\s|$)", title)), "")
+    kept = [w for w in re.findall(r"[A-Za-z][\w-]*", title)
+            if w.lower() not in STOPWORDS | _GENERIC | instances | set(_VERBS) | {"my", "up"}]
+    return kebab_name(" ".join(kept[:3] + [verb]), "")
 
 
 def _commands(task: str) -> list[str]:
+    """Backticked snippets that look like commands (a word, a space, arguments)."""
     out = []
     for line in task.splitlines():
-        out += _TICKS.findall(line)
+        out += [c for c in _TICKS.findall(line) if " " in c.strip() and c not in out]
     return out
 
 
@@ -178,11 +184,11 @@ def _steps(task: str) -> list[str]:
 
 
 def create(user: str) -> dict:
-    steps = _steps(user)
-    return {"name": skill_name(user), "description": re.sub(r"^(Goal|目标)[:：]\s*", "", user.splitlines()[1]),
-            "steps": steps, "commands": _commands(user),
-            "pitfalls": [s for s in re.split(r"(?<=[.。])\s*", user) if re.search(r"\bno\b|empty|不了", s)][:3],
-            "prerequisites": sorted({c.split()[0] + " installed" for c in _commands(user) if c.split()[0].isalpha()})[:3]}
+    tools = [t for c in _commands(user) for t in c.split()[:2] if t in _TOOLS]
+    return {"name": skill_name(user), "description": user.splitlines()[0],
+            "steps": _steps(user), "commands": _commands(user),
+            "pitfalls": [s.strip() for s in re.split(r"(?<=[.。])\s*|\d\. ", user) if re.search(r"\bno\b|empty|不了", s)][:3],
+            "prerequisites": [p for p in dict.fromkeys(_TOOLS[t] for t in tools) if p]}
 
 
 def upgrade(user: str) -> dict:
@@ -192,7 +198,7 @@ def upgrade(user: str) -> dict:
     new_cmds = [c for c in _commands(task) if c not in old.commands]
     if not (new_steps or new_cmds) or not words(task) & _IMPROVES:
         return {"improved": False}
-    return {"improved": True, "changelog": "Added: " + "; ".join(trim(s, 60) for s in new_steps),
+    return {"improved": True, "changelog": "Added: " + "; ".join(trim(re.split(r"[:：;]", s)[0], 40) for s in new_steps),
             "description": old.description + " (verified, rotated, alerting)", "steps": [*old.steps, *new_steps],
             "pitfalls": [*old.pitfalls, "A dump nobody restores may be corrupt: verify it every night"],
             "commands": [*old.commands, *new_cmds], "prerequisites": [*old.prerequisites, "a working MAILTO address"]}
@@ -311,7 +317,13 @@ def report(rows, tasks: dict[str, TaskRow], decisions, llm: LiteLLM) -> None:
         print(f"{t.label:<52}{count:>7}  {label:<26}{_c(t.boundary):>14}{_c(t.summary):>14}{_c(cost):>14}")
     kept = [r for r in rows if r[1] == "completed"]
     print(f"{'all tasks':<52}{sum(r[3] for r in rows):>7}  {f'{len(kept)} summarised':<26}{'':>28}{_c(total):>14}")
-    print(f"per summarised task: {total.calls / max(1, len(kept)):.1f} calls, {total.tokens / max(1, len(kept)):.0f} tokens")
+    print(f"per closed task ({len(rows)}): {total.calls / max(1, len(rows)):.1f} calls, {total.tokens / max(1, len(rows)):.0f} tokens; "
+          f"per summarised task ({len(kept)}): {total.calls / max(1, len(kept)):.1f} calls, "
+          f"{total.tokens / max(1, len(kept)):.0f} tokens (all costs over summarised tasks)")
+    summ = sum((tasks[r[0]].summary for r in kept), Cost())
+    print(f"summary alone: {summ.calls / max(1, len(kept)):.1f} call, {summ.tokens / max(1, len(kept)):.0f} tokens per task; "
+          f"boundary: {sum(tasks[r[0]].boundary.calls for r in rows)} calls for "
+          f"{sum(len(e.turns) for e in EPISODES)} turns")
     print()
     print("Skill decisions (calls / tokens)")
     print(f"{'episode':<52}{'outcome':<44}{'decide':>12}{'write':>12}")

@@ -13,7 +13,7 @@ The format:
     1. ...
     ## Pitfalls         (## 注意事项)
     - ...
-    ## Key commands     (## 关键命令)   one fenced block per command, kept verbatim
+    ## Key commands     (## 关键命令)   - `one-line command`, or a fenced block per longer one
     ## Prerequisites    (## 前提条件)
     - ...
 
@@ -73,13 +73,14 @@ def clean_item(text: str) -> str:
 
 
 def clean_command(text: str) -> str:
-    """A command as SKILL.md can hold it: verbatim except for trailing spaces and outer blank lines."""
+    """A command as SKILL.md can hold it: verbatim except for trailing spaces and outer blank lines
+    (and, for a one-line command, leading spaces)."""
     lines = [ln.rstrip() for ln in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
     while lines and not lines[0].strip():
         lines.pop(0)
     while lines and not lines[-1].strip():
         lines.pop()
-    return "\n".join(lines)
+    return lines[0].strip() if len(lines) == 1 else "\n".join(lines)
 
 
 def clean_doc(doc: SkillDoc) -> SkillDoc:
@@ -110,8 +111,14 @@ def _item(prefix: str, text: str) -> str:
     return "\n".join([f"{prefix}{first}", *(f"   {ln}" for ln in rest)])
 
 
-def _fence(command: str) -> str:
+def _command(command: str) -> str:
+    """A one-line command as an inline-code item, a longer one as a fenced block; the backtick runs
+    around it are longer than any inside it, so it comes back verbatim."""
     longest = max((len(m) for m in re.findall(r"`+", command)), default=0)
+    if "\n" not in command:
+        ticks = "`" * (longest + 1)
+        pad = " " if command.startswith("`") or command.endswith("`") else ""
+        return f"- {ticks}{pad}{command}{pad}{ticks}"
     ticks = "`" * max(3, longest + 1)
     return f"{ticks}\n{command}\n{ticks}"
 
@@ -126,7 +133,7 @@ def render_skill_md(doc: SkillDoc, language: str | None = None) -> str:
         if section == "steps":
             out += [_item(f"{i}. ", s) for i, s in enumerate(items, 1)]
         elif section == "commands":
-            out += [_fence(c) for c in items]
+            out += [_command(c) for c in items]
         else:
             out += [_item("- ", s) for s in items]
         out.append("")
@@ -135,6 +142,7 @@ def render_skill_md(doc: SkillDoc, language: str | None = None) -> str:
 
 _STEP = re.compile(r"^\d+[.)]\s+")
 _FENCE = re.compile(r"^(`{3,})")
+_INLINE = re.compile(r"^- (`+)(.+)\1$")
 
 
 def _parse_frontmatter(lines: list[str]) -> tuple[dict[str, str], int]:
@@ -173,6 +181,11 @@ def parse_skill_md(text: str) -> SkillDoc:
             continue
         items = found[section]
         if section == "commands":
+            inline = _INLINE.match(line)
+            if inline:
+                code = inline.group(2)
+                items.append(code[1:-1] if len(code) > 1 and code[0] == code[-1] == " " else code)
+                continue
             m = _FENCE.match(line)
             if not m:
                 continue

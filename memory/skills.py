@@ -58,6 +58,10 @@ class SkillSettings:
     candidates: int = 10
     candidate_chars: int = 220        # per skill shown to the decision call
     task_chars: int = 3000
+    # search() floor. Calibrated for multilingual-e5-small, whose cosines sit high for everything:
+    # related skills score >= 0.62 even across languages, unrelated ones <= 0.57 (no keyword hit).
+    # Set per embedding provider; the evolver's candidates have no floor (the LLM decides).
+    search_min_score: float = 0.6
     decide_max_tokens: int = 120
     write_max_tokens: int = 1200
     rules: SkillThresholds = field(default_factory=SkillThresholds)
@@ -255,7 +259,7 @@ class SkillEvolver:
             self._check(c, task_id)
 
         await self.store.awrite(write)
-        await asyncio.to_thread(write_skill_file, self.data_dir, skill.space_id, skill.name, content)
+        await self._write_file(skill.space_id, skill.name, content)
         return SkillOutcome(task_id, "upgraded", skill.id, changelog)
 
     async def _create(self, task_id: str, space_id: str, title: str, task_text: str, language: str) -> SkillOutcome:
@@ -265,7 +269,8 @@ class SkillEvolver:
         if not ans.steps:
             await self._mark_checked(task_id)
             return SkillOutcome(task_id, "not_reusable", reason="no steps written")
-        base = kebab_name(ans.name or title)
+        # A model may answer a name in Chinese: the ASCII name then comes from the title, or is generic.
+        base = kebab_name(ans.name, "") or kebab_name(title, "") or "skill"
         taken = await self.store.aread(lambda c: {r[0] for r in c.execute(
             "SELECT name FROM skills WHERE space_id = ?", [space_id]).fetchall()})
         name = unique_name(base, taken)
@@ -281,15 +286,16 @@ class SkillEvolver:
             self._check(c, task_id)
 
         await self.store.awrite(write)
-        await asyncio.to_thread(write_skill_file, self.data_dir, space_id, name, content)
+        await self._write_file(space_id, name, content)
         return SkillOutcome(task_id, "created", skill_id, name)
 
     # --- reads -------------------------------------------------------------------------------
     async def search(self, query: str, space_ids: Sequence[str], limit: int = 5) -> list[SkillView]:
-        """Skills of the allowed spaces ranked by 0.7 x cosine + 0.3 x BM25 over name and description."""
+        """Skills of the allowed spaces ranked by 0.7 x cosine + 0.3 x BM25 over name and description,
+        above `settings.search_min_score` (does not count usage: call count_usage for what is used)."""
         if not query.strip() or not space_ids:
             return []
-        return await self._ranked(query, list(space_ids), limit)
+        return await self._ranked(query, list(space_ids), limit, self.settings.search_min_score)
 
     async def get(self, name_or_id: str, space_ids: Sequence[str]) -> SkillView | None:
         """A skill by id or name (the first listed space wins a name clash); counts one use."""
@@ -351,7 +357,7 @@ class SkillEvolver:
                 self._insert_skill(c, target, public_space_id, doc, vector, now, versions)
 
             await self.store.awrite(copy)
-        await asyncio.to_thread(write_skill_file, self.data_dir, public_space_id, skill.name, skill.content)
+        await self._write_file(public_space_id, skill.name, skill.content)
         published = await self._resolve(target, [public_space_id])
         assert published is not None
         log.info("skill %s published to %s as %s", skill.id, public_space_id, target)
@@ -371,9 +377,9 @@ class SkillEvolver:
         return SkillView(*rows[0])
 
     async def _related(self, space_id: str, query: str) -> list[SkillView]:
-        return await self._ranked(query, [space_id], self.settings.candidates)
+        return await self._ranked(query, [space_id], self.settings.candidates, 0.0)
 
-    async def _ranked(self, query: str, space_ids: list[str], limit: int) -> list[SkillView]:
+    async def _ranked(self, query: str, space_ids: list[str], limit: int, min_score: float) -> list[SkillView]:
         qvec = await asyncio.to_thread(self.embedder.embed_query, trim(query, 1000))
         terms = query_terms(trim(query, 600))
         n = max(limit * 5, 50)
@@ -385,7 +391,7 @@ class SkillEvolver:
             if not scores:
                 return []
             rows = c.execute(_SKILL_SELECT + " WHERE s.id IN (SELECT unnest(?))", [list(scores)]).fetchall()
-            views = [SkillView(*r, score=round(scores[r[0]], 4)) for r in rows]
+            views = [SkillView(*r, score=round(scores[r[0]], 4)) for r in rows if scores[r[0]] >= min_score]
             return sorted(views, key=lambda v: (-v.score, v.name))[:limit]
 
         return await self.store.aread(read)
@@ -408,6 +414,13 @@ class SkillEvolver:
             [skill_text(doc), search_text(_index_text(doc)), content_hash(skill_text(doc)), now,
              vector_literal(vector), skill_id])
         bump_seq(c, [skill_id])
+
+    async def _write_file(self, space_id: str, name: str, content: str) -> None:
+        # The database holds every version; a file that cannot be written is logged, not fatal.
+        try:
+            await asyncio.to_thread(write_skill_file, self.data_dir, space_id, name, content)
+        except OSError:
+            log.warning("could not write SKILL.md of %s in %s", name, space_id, exc_info=True)
 
     @staticmethod
     def _check(c: Conn, task_id: str) -> None:

@@ -9,6 +9,7 @@ Boundary of a turn against the open task, first match wins:
     turn.start - task.last_at > gap (2 h)         -> new  (idle_gap)
     task has no user message yet                  -> same (task_has_no_user_message), no LLM
     turn has no user message                      -> same (turn_has_no_user_message), no LLM
+    the turn's user lines are all trivial         -> same (turn_is_trivial), no LLM
     otherwise                                     -> ask the LLM; NEW below 0.65 gets a second look;
                                                      an LLM failure means SAME
 """
@@ -123,7 +124,14 @@ BOUNDARY_RULES: tuple[BoundaryRule, ...] = (
     BoundaryRule("idle_gap", "new", lambda t, turn, gap: turn.started_at - t.last_at > gap),
     BoundaryRule("task_has_no_user_message", "same", lambda t, turn, gap: not t.has_user),
     BoundaryRule("turn_has_no_user_message", "same", lambda t, turn, gap: not turn.has_user),
+    # "ok thanks" or "just testing" never starts a task; asking the LLM about it is waste.
+    BoundaryRule("turn_is_trivial", "same", lambda t, turn, gap: _trivial_turn(turn)),
 )
+
+
+def _trivial_turn(turn: Turn) -> bool:
+    lines = [ln for ln in turn.user_text.splitlines() if ln.strip()]
+    return bool(lines) and all(is_trivial_line(ln) for ln in lines)
 
 
 def boundary_step(task: OpenTask | None, turn: Turn, gap: timedelta = timedelta(hours=2)) -> Step:

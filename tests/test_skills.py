@@ -55,7 +55,7 @@ def test_render_has_frontmatter_and_the_four_sections_in_the_users_language():
     for heading in ("## Steps", "## Pitfalls", "## Key commands", "## Prerequisites"):
         assert heading in text
     assert "1. Create ~/.pgpass\n2. Add the cron entry\n   then check the log" in text
-    assert "```\npg_dump -Fc appdb > /var/backups/appdb.dump\n```" in text
+    assert "## Key commands\n- `pg_dump -Fc appdb > /var/backups/appdb.dump`\n" in text
     zh = render_skill_md(SkillDoc(name="nginx-docker", description="用 Docker 部署 nginx", steps=("运行容器",)))
     assert "## 步骤" in zh and "## 关键命令" in zh and "description: 用 Docker 部署 nginx" in zh
     assert parse_skill_md(text) == doc
@@ -231,6 +231,7 @@ async def test_howto_task_creates_a_skill(store, embedder, fake, evolver, tmp_pa
     row = store.read(lambda c: c.execute("SELECT kind, title, text FROM memories WHERE id = ?", [skill.id]).fetchone())
     assert row[0] == "skill" and row[1] == name and "1. Put the password in ~/.pgpass" in row[2]
     assert [s.name for s in await evolver.search("how to back up postgres", ["u:1"])] == [name]
+    assert await evolver.search("what is a good kitten name", ["u:1"]) == []
     assert store.read(lambda c: c.execute("SELECT bool_and(skill_checked) FROM tasks").fetchone()[0]) is True
     assert await evolver.evolve_pending() == 0 and fake.calls == 2
     assert "postgresql-nightly-backup (v1, 1 use)" in format_skills([skill])

@@ -1,0 +1,100 @@
+"""The terminal channel: one local person talks to the bot on stdin/stdout.
+
+Interactive terminals get a prompt and a spinner while the agent thinks; pipes (tests,
+scripts) get plain lines, so the channel is scriptable: one message per input line, each
+reply printed as `<bot>: text` followed by a blank line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import TextIO
+
+from adapters.base import InboundHandler
+from bot.message import Message, Reply
+
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+class ConsoleAdapter:
+    """stdin -> Message, Reply -> stdout. EOF (Ctrl-D) or /quit ends the session."""
+
+    def __init__(self, user: str, *, name: str = "console", bot_name: str = "memgate",
+                 stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:
+        self.name = name
+        self.user = user
+        self.bot_name = bot_name
+        self._in = stdin or sys.stdin
+        self._out = stdout or sys.stdout
+        self._tty = self._out.isatty() and self._in.isatty()
+        self._task: asyncio.Task | None = None
+        self._inbound: InboundHandler | None = None
+        self.closed = asyncio.Event()
+        self._counter = itertools.count(1)
+        self._write_lock = asyncio.Lock()
+
+    async def start(self, inbound: InboundHandler) -> None:
+        self._inbound = inbound
+        self._task = asyncio.create_task(self._read_loop(), name="console-reader")
+
+    async def stop(self) -> None:
+        if self._task and not self._task.done():
+            self._task.cancel()
+        self.closed.set()
+
+    async def _read_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                if self._tty:
+                    self._write(f"{self.user}> ")
+                line = await loop.run_in_executor(None, self._in.readline)
+                if not line:
+                    break
+                text = line.rstrip("\n")
+                if text.strip() in ("/quit", "/exit"):
+                    break
+                if not text.strip():
+                    continue
+                msg = Message(channel=self.name, chat_id=self.user, sender_id=self.user, sender_name=self.user,
+                              text=text, timestamp=datetime.now(UTC), message_id=str(next(self._counter)))
+                await self._inbound(msg)
+        finally:
+            self.closed.set()
+
+    async def send(self, reply: Reply) -> None:
+        async with self._write_lock:
+            text = reply.text
+            if reply.document is not None:
+                from pathlib import Path
+
+                path = Path(reply.document.filename).resolve()
+                path.write_bytes(reply.document.data)
+                text = f"{text}\n(saved to {path})"
+            self._write(f"{self.bot_name}: {text}\n\n")
+
+    @asynccontextmanager
+    async def typing(self, message: Message) -> AsyncIterator[None]:
+        if not self._tty:
+            yield
+            return
+        task = asyncio.create_task(self._spin())
+        try:
+            yield
+        finally:
+            task.cancel()
+            self._write("\r" + " " * 20 + "\r")
+
+    async def _spin(self) -> None:
+        for ch in itertools.cycle(SPINNER):
+            self._write(f"\r{ch} thinking…")
+            await asyncio.sleep(0.1)
+
+    def _write(self, text: str) -> None:
+        self._out.write(text)
+        self._out.flush()

@@ -1,0 +1,142 @@
+"""The turn (DESIGN section 3): auto-recall -> prompt -> LLM with tools -> reply -> capture.
+
+The memory block goes into the system message, never into the user's message, so what is
+captured is what the person said. Capture happens before the reply is sent: a crash after
+the reply loses no turn, and the ingest queue makes its ingestion exactly-once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from bot.tools import ToolBox, ToolContext
+from memory import prompts
+from memory.capture import CapturedTurn, TurnMessage
+from memory.engine import MemoryEngine
+from memory.errors import LLMError
+from memory.llm import LLM
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """Everything the agent needs for one turn, already resolved by the gateway."""
+
+    text: str
+    turn_id: str
+    session_id: str
+    history: tuple[dict, ...]
+    ctx: ToolContext
+    channel: str
+    speaker: str | None = None
+
+
+@dataclass(slots=True)
+class TurnResult:
+    reply: str
+    captured: bool
+    recalled: int
+    llm_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    name: str = "memgate"
+    max_tool_rounds: int = 4
+    turn_timeout: float = 120.0
+    extra_system: str = ""
+
+
+class Agent:
+    """Runs turns. Holds no per-conversation state: the gateway serialises each conversation."""
+
+    def __init__(self, engine: MemoryEngine, llm: LLM, tools: ToolBox, settings: AgentSettings | None = None,
+                 *, clock: Callable[[], datetime]) -> None:
+        self.engine = engine
+        self.llm = llm
+        self.tools = tools
+        self.settings = settings or AgentSettings()
+        self.clock = clock
+
+    async def run(self, req: TurnRequest) -> TurnResult:
+        t0 = time.perf_counter()
+        query = req.text
+        last_user = next((m["content"] for m in reversed(req.history) if m["role"] == "user"), "")
+        if len(query) < 40 and last_user:
+            # "and her?" means nothing alone: a short message is searched with the previous one.
+            query = f"{last_user}\n{query}"
+        block, hits = await self.engine.recall_block(query, req.ctx.space_ids)
+        t_recall = time.perf_counter()
+        now = self.clock()
+        system = prompts.AGENT_SYSTEM.format(name=self.settings.name, channel=req.channel,
+                                             now=f"{now:%Y-%m-%d %H:%M %Z}".strip())
+        if self.settings.extra_system:
+            system += "\n\n" + self.settings.extra_system
+        system += "\n\n" + (block or prompts.NO_MEMORY_HINT)
+        messages: list[dict] = [{"role": "system", "content": system}, *req.history,
+                                {"role": "user", "content": req.text}]
+        t_prompt = time.perf_counter()
+        calls_before = self.llm.usage.total_calls()
+        tokens_before = (sum(self.llm.usage.prompt_tokens.values()), sum(self.llm.usage.completion_tokens.values()))
+        captured_msgs: list[TurnMessage] = [TurnMessage("user", req.text, speaker=req.speaker)]
+        failed = False
+        llm_ms = 0.0
+        try:
+            reply, tool_msgs, llm_ms = await asyncio.wait_for(self._loop(messages, req.ctx), timeout=self.settings.turn_timeout)
+            captured_msgs += tool_msgs
+        except TimeoutError:
+            reply, failed = prompts.TIMEOUT_APOLOGY, True
+        except LLMError as exc:
+            log.warning("turn %s: LLM failed: %s", req.turn_id, exc)
+            reply, failed = prompts.LLM_DOWN_APOLOGY, True
+        t_llm = time.perf_counter()
+        if not failed:
+            captured_msgs.append(TurnMessage("assistant", reply))
+        # The person's words are kept even when the model failed: nothing they said is lost.
+        captured = await self.engine.capture(CapturedTurn(
+            space_id=req.ctx.write_space, session_id=req.session_id, turn_id=req.turn_id,
+            created_at=now, messages=tuple(captured_msgs)))
+        t_end = time.perf_counter()
+        return TurnResult(
+            reply=reply, captured=captured, recalled=len(hits),
+            llm_calls=self.llm.usage.total_calls() - calls_before,
+            prompt_tokens=sum(self.llm.usage.prompt_tokens.values()) - tokens_before[0],
+            completion_tokens=sum(self.llm.usage.completion_tokens.values()) - tokens_before[1],
+            timings_ms={"recall": (t_recall - t0) * 1000, "prompt": (t_prompt - t_recall) * 1000,
+                        "llm": llm_ms, "capture": (t_end - t_llm) * 1000,
+                        "outside_llm": (t_end - t0) * 1000 - llm_ms},
+            failed=failed)
+
+    async def _loop(self, messages: list[dict], ctx: ToolContext) -> tuple[str, list[TurnMessage], float]:
+        """Up to max_tool_rounds rounds of tool calls, then a final answer without tools."""
+        tool_msgs: list[TurnMessage] = []
+        llm_ms = 0.0
+        for round_no in range(self.settings.max_tool_rounds + 1):
+            use_tools = round_no < self.settings.max_tool_rounds
+            t = time.perf_counter()
+            result = await self.llm.complete(messages, purpose="reply", tools=self.tools.schemas if use_tools else None)
+            llm_ms += (time.perf_counter() - t) * 1000
+            if not result.tool_calls or not use_tools:
+                return result.content.strip() or "…", tool_msgs, llm_ms
+            messages.append({"role": "assistant", "content": result.content or None, "tool_calls": [
+                {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+                for tc in result.tool_calls]})
+            for tc in result.tool_calls:
+                output = await self.tools.execute(tc.name, tc.arguments, ctx)
+                messages.append({"role": "tool", "tool_call_id": tc.id, "content": output})
+                tool_msgs.append(TurnMessage("tool", output, tool_name=tc.name))
+        raise AssertionError("unreachable")
+
+
+def history_messages(rows: Sequence[dict]) -> tuple[dict, ...]:
+    return tuple({"role": r["role"], "content": r["content"]} for r in rows)

@@ -1,0 +1,172 @@
+"""The composition root: builds every concrete object from Settings and owns their lifecycle.
+
+Everything else receives what it needs. `App` is an async context manager: entering starts
+the ingest worker (which first drains what a previous run left), the scheduler and the
+channels; leaving stops channels first, answers what is queued, drains ingestion, closes the
+database.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from adapters.base import Channel
+from bot.access import ACCESS_MIGRATIONS, Access
+from bot.agent import Agent, AgentSettings
+from bot.commands import Commands
+from bot.config import Settings
+from bot.gateway import Gateway, GatewaySettings
+from bot.sessions import SESSION_MIGRATIONS, Sessions
+from bot.tools import ToolBox
+from memory.embed import Embedder, LiteLLMEmbedder, LocalE5Embedder
+from memory.engine import MemoryEngine
+from memory.ingest import IngestSettings
+from memory.llm import LiteLLM, LLMSettings, set_offline_env
+from memory.memories import utc_naive
+from memory.recall import RecallSettings
+from memory.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def make_embedder(settings: Settings) -> Embedder:
+    e = settings.embedding
+    if e.provider == "litellm":
+        return LiteLLMEmbedder(e.model, e.dim, api_base=e.api_base or None, api_key=settings.secret("embedding_api_key"))
+    return LocalE5Embedder()
+
+
+def make_llm(settings: Settings, store: Store, *, memory: bool = False) -> LiteLLM | None:
+    """The reply LLM (or the memory LLM); None when no model is configured."""
+    c = settings.llm
+    if not settings.llm_configured or (memory and not c.memory_llm):
+        return None
+    model = (c.memory_model if memory and c.memory_model else c.model) or "openai/local"
+    if c.api_base and "/" not in model:
+        model = f"openai/{model}"  # an OpenAI-compatible server speaks the openai protocol
+
+    def sink(purpose: str, model_name: str, ok: bool, prompt: int, completion: int) -> None:
+        store.write(lambda con: con.execute(
+            "INSERT INTO llm_usage VALUES (?, ?, ?, ?, ?, ?)",
+            [utc_naive(datetime.now(UTC)), purpose, model_name, ok, prompt, completion]))
+
+    return LiteLLM(LLMSettings(model=model, api_base=c.api_base or None, api_key=settings.secret("llm_api_key"),
+                               timeout=c.timeout, retries=c.retries, temperature=c.temperature,
+                               max_tokens=c.max_tokens), sink=sink)
+
+
+def open_store(settings: Settings, extra: Sequence = ()) -> Store:
+    """The database with every layer's migrations (a locked file raises StoreLockedError)."""
+    from bot.scheduler import SCHEDULER_MIGRATIONS
+
+    settings.data_path.mkdir(parents=True, exist_ok=True)
+    dim = settings.embedding.dim
+    return Store(settings.db_path, dim, extra_migrations=(*ACCESS_MIGRATIONS, *SESSION_MIGRATIONS,
+                                                          *SCHEDULER_MIGRATIONS, *extra))
+
+
+@dataclass
+class App:
+    settings: Settings
+    store: Store
+    engine: MemoryEngine
+    access: Access
+    sessions: Sessions
+    gateway: Gateway
+    commands: Commands
+    llm: LiteLLM | None
+    memory_llm: LiteLLM | None
+    clock: Callable[[], datetime]
+    extras: dict[str, Any] = field(default_factory=dict)
+    _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+
+    async def __aenter__(self) -> App:
+        await self.engine.ensure_space(self.access.PUBLIC_SPACE, "public", "shared by everyone let in")
+        await self.engine.worker.start()
+        self._stack.push_async_callback(self._close_store)
+        self._stack.push_async_callback(self.engine.worker.stop)
+        scheduler = self.extras.get("scheduler")
+        if scheduler is not None:
+            await scheduler.start()
+            self._stack.push_async_callback(scheduler.stop)
+        await self.gateway.start()
+        self._stack.push_async_callback(self.gateway.stop)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    async def _close_store(self) -> None:
+        self.store.close()
+
+
+def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Callable[[], datetime] | None = None,
+              store: Store | None = None, embedder: Embedder | None = None) -> App:
+    """Wire the whole bot from settings (channels are built by the CLI, which knows the flags)."""
+    set_offline_env()
+    clock = clock or (lambda: datetime.now(UTC))
+    store = store or open_store(settings)
+    embedder = embedder or make_embedder(settings)
+    llm = make_llm(settings, store)
+    memory_llm = make_llm(settings, store, memory=True)
+    m = settings.memory
+    recall = RecallSettings(inject_items=m.inject_items, inject_tokens=m.inject_tokens, search_default=m.search_default,
+                            search_max=m.search_max, half_life_days=m.half_life_days, decay_floor=m.decay_floor,
+                            mmr_lambda=m.mmr_lambda, fusion=m.fusion)
+    ingest = IngestSettings(dedup_threshold=m.dedup_threshold, fact_candidate_threshold=m.fact_candidate_threshold,
+                            max_attempts=m.max_ingest_attempts)
+    extras: dict[str, Any] = {}
+    engine = MemoryEngine(store, embedder, memory_llm, data_dir=settings.data_path, recall_settings=recall,
+                          ingest_settings=ingest, clock=clock)
+    tools = ToolBox(engine)
+    access = Access(store, settings.access, clock=clock)
+    sessions = Sessions(store, idle=timedelta(hours=settings.agent.session_idle_hours), clock=clock)
+    commands = Commands(engine=engine, access=access, clock=clock, extra=extras)
+    agent = None
+    if llm is not None:
+        a = settings.agent
+        agent = Agent(engine, llm, tools, AgentSettings(name=a.name, max_tool_rounds=a.max_tool_rounds,
+                                                        turn_timeout=a.turn_timeout, extra_system=a.system_prompt),
+                      clock=clock)
+    gateway = Gateway(access=access, sessions=sessions, agent=agent, commands=commands, clock=clock,
+                      settings=GatewaySettings(queue_size=settings.agent.queue_size,
+                                               history_tokens=settings.agent.history_tokens,
+                                               public_space=access.PUBLIC_SPACE))
+    for ch in channels:
+        gateway.add_channel(ch)
+    app = App(settings=settings, store=store, engine=engine, access=access, sessions=sessions, gateway=gateway,
+              commands=commands, llm=llm, memory_llm=memory_llm, clock=clock, extras=extras)
+    _wire_tasks_and_jobs(app, tools, embedder)
+    return app
+
+
+def _wire_tasks_and_jobs(app: App, tools: ToolBox, embedder: Embedder) -> None:
+    """Tasks, skills and the scheduler jobs (DESIGN section 6)."""
+    from bot.scheduler import JobSpec, Scheduler
+    from memory.fts import fresh_count
+
+    s = app.settings.scheduler
+    engine = app.engine
+
+    async def rebuild_fts() -> None:
+        import asyncio
+
+        if await asyncio.to_thread(engine.store.read, fresh_count):
+            await asyncio.to_thread(engine.rebuild_fts)
+
+    async def retry_ingest() -> None:
+        await engine.worker.drain()
+        await engine.worker.extract_pending_facts()
+
+    jobs = [JobSpec("rebuild_fts", rebuild_fts, timedelta(minutes=s.fts_rebuild_minutes)),
+            JobSpec("retry_ingest", retry_ingest, timedelta(minutes=s.retry_ingest_minutes))]
+    if app.memory_llm is not None:
+        from bot.task_wiring import wire_tasks
+
+        jobs += wire_tasks(app, tools, embedder)
+    app.extras["scheduler"] = Scheduler(app.store, clock=app.clock, jobs=jobs)

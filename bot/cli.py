@@ -1,0 +1,385 @@
+"""The `memgate` command line.
+
+    memgate chat [--user NAME]        talk to the bot in this terminal
+    memgate run                       start every enabled channel, the ingest worker and the scheduler
+    memgate memory search|list|export|import
+    memgate reembed                   re-embed every memory with the configured embedding model
+    memgate doctor                    check extensions, model, database and LLM; say what to fix
+    memgate pairing list|approve CODE|deny CODE
+    memgate jobs                      background jobs: last run, duration, error
+    memgate wechat login              log the WeChat (iLink) bot in with a QR code
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from bot.config import Settings, load_settings
+from bot.errors import ConfigError, MemgateError, StoreLockedError
+
+log = logging.getLogger("memgate")
+
+NO_LLM_TEXT = """No language model is configured, so memgate cannot answer yet. Set one of:
+  MEMGATE_LLM_MODEL=<any litellm model, e.g. openai/gpt-4o-mini> plus its key in MEMGATE_LLM_API_KEY, or
+  MEMGATE_LLM_API_BASE=http://127.0.0.1:11434/v1 (Ollama, llama.cpp's server or any OpenAI-compatible server) and MEMGATE_LLM_MODEL=<its model name>."""
+
+
+class _KeyValueFormatter(logging.Formatter):
+    """One line per record: time level logger msg (structured enough for grep, no secrets)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        base = f"{self.formatTime(record, '%Y-%m-%dT%H:%M:%S')} level={record.levelname} logger={record.name} msg={record.getMessage()!r}"
+        if record.exc_info:
+            base += "\n" + self.formatException(record.exc_info)
+        return base
+
+
+def setup_logging(settings: Settings, *, to_file: bool) -> None:
+    root = logging.getLogger()
+    root.handlers.clear()
+    level = getattr(logging, settings.log_level.upper(), logging.INFO)
+    fmt = _KeyValueFormatter()
+    if to_file:
+        # The terminal is the chat: logs go to a file, only errors to stderr.
+        settings.data_path.mkdir(parents=True, exist_ok=True)
+        fh = logging.FileHandler(settings.data_path / "memgate.log", encoding="utf-8")
+        fh.setFormatter(fmt)
+        fh.setLevel(level)
+        root.addHandler(fh)
+        eh = logging.StreamHandler(sys.stderr)
+        eh.setLevel(logging.ERROR)
+        eh.setFormatter(fmt)
+        root.addHandler(eh)
+    else:
+        sh = logging.StreamHandler(sys.stderr)
+        sh.setFormatter(fmt)
+        root.addHandler(sh)
+    root.setLevel(level)
+    for noisy in ("httpx", "httpcore", "LiteLLM", "litellm", "telegram", "apscheduler", "aiohttp.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+# --- chat and run -------------------------------------------------------------------------
+async def _serve(settings: Settings, channels, *, until_console_closes: bool) -> int:
+    from bot.app import build_app
+
+    app = build_app(settings, channels=channels)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    async with app:
+        console = next((c for c in channels if c.name == "console"), None)
+        waiters = [asyncio.create_task(stop.wait())]
+        if until_console_closes and console is not None:
+            waiters.append(asyncio.create_task(console.closed.wait()))
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for w in waiters:
+            w.cancel()
+        # Answer what is already queued before the channels go away.
+        await app.gateway.idle()
+    return 0
+
+
+def _console(settings: Settings, user: str | None):
+    from adapters.console import ConsoleAdapter
+
+    name = user or settings.channels.console.user or os.environ.get("USER") or getpass.getuser() or "me"
+    return ConsoleAdapter(name, bot_name=settings.agent.name)
+
+
+def cmd_chat(settings: Settings, args) -> int:
+    if not settings.llm_configured:
+        print(NO_LLM_TEXT, file=sys.stderr)
+        return 2
+    setup_logging(settings, to_file=True)
+    console = _console(settings, args.user)
+    if sys.stdin.isatty():
+        print(f"memgate: talking as {console.user}. /help for commands, Ctrl-D to leave.\n")
+    return asyncio.run(_serve(settings, [console], until_console_closes=True))
+
+
+def build_channels(settings: Settings) -> list:
+    """Every channel enabled in the config (secrets from the environment)."""
+    chans = []
+    c = settings.channels
+    if c.telegram.enabled:
+        from adapters.telegram import TelegramAdapter
+
+        token = settings.secret("telegram_token")
+        if not token:
+            raise ConfigError("channels.telegram is enabled but TELEGRAM_BOT_TOKEN is not set")
+        chans.append(TelegramAdapter(token, base_url=c.telegram.base_url or None, poll_timeout=c.telegram.poll_timeout))
+    if c.wechat.enabled:
+        from adapters.wechat_ilink import WechatIlinkAdapter
+
+        chans.append(WechatIlinkAdapter(settings.data_path, base_url=c.wechat.base_url))
+    if c.wechat_mp.enabled:
+        from adapters.wechat_mp import WechatMpAdapter
+
+        mp = c.wechat_mp
+        if not settings.secret("wechat_mp_token") or not mp.app_id:
+            raise ConfigError("channels.wechat_mp needs app_id in the file and WECHAT_MP_TOKEN / WECHAT_MP_APP_SECRET in the environment")
+        chans.append(WechatMpAdapter(token=settings.secret("wechat_mp_token"), app_id=mp.app_id,
+                                     app_secret=settings.secret("wechat_mp_secret") or "",
+                                     encoding_aes_key=settings.secret("wechat_mp_aes_key"), host=mp.host, port=mp.port,
+                                     path=mp.path, api_base=mp.api_base))
+    if c.console.enabled and sys.stdin.isatty():
+        chans.append(_console(settings, None))
+    return chans
+
+
+def cmd_run(settings: Settings, args) -> int:
+    setup_logging(settings, to_file=False)
+    channels = build_channels(settings)
+    if not channels:
+        raise ConfigError("no channel is enabled: enable one under [channels.*] in the config")
+    if not settings.llm_configured:
+        log.warning("no LLM configured: the bot answers commands only. %s", NO_LLM_TEXT.splitlines()[0])
+    log.info("starting channels: %s", ", ".join(c.name for c in channels))
+    return asyncio.run(_serve(settings, channels, until_console_closes=False))
+
+
+# --- memory -------------------------------------------------------------------------------
+def _engine(settings: Settings):
+    from bot.app import build_app
+
+    return build_app(settings)
+
+
+def _spaces(app, args) -> list[str]:
+    if getattr(args, "space", None):
+        return [args.space]
+    return [r[0] for r in app.store.read(lambda c: c.execute("SELECT id FROM spaces ORDER BY id").fetchall())]
+
+
+def cmd_memory(settings: Settings, args) -> int:
+    from tqdm import tqdm
+
+    app = _engine(settings)
+    try:
+        spaces = _spaces(app, args)
+        if args.action == "search":
+            hits = app.engine.recaller.search(" ".join(args.query), spaces, limit=args.limit)
+            for h in hits:
+                print(f"{h.score:.2f}  [{h.id}] ({h.kind}, {h.space_id}, {h.created_at:%Y-%m-%d}) {h.text[:200]}")
+            if not hits:
+                print("nothing found")
+        elif args.action == "list":
+            rows = asyncio.run(app.engine.list(spaces, kinds=tuple(args.kind), limit=args.limit))
+            for r in rows:
+                print(f"[{r.id}] ({r.kind}, {r.space_id}, {r.created_at:%Y-%m-%d}){' pinned' if r.pinned else ''} {r.text[:200]}")
+        elif args.action == "export":
+            out = open(args.file, "w", encoding="utf-8") if args.file != "-" else sys.stdout
+            total = app.store.read(lambda c: c.execute(
+                "SELECT count(*) FROM memories WHERE status = 'active' AND space_id IN (SELECT unnest(?))", [spaces]).fetchone()[0])
+            with tqdm(total=total, unit="mem", disable=args.file == "-", file=sys.stderr) as bar:
+                for row in app.engine.export_rows(spaces):
+                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    bar.update(1)
+            if out is not sys.stdout:
+                out.close()
+        elif args.action == "import":
+            lines = Path(args.file).read_text(encoding="utf-8").splitlines()
+            rows = [json.loads(line) for line in lines if line.strip()]
+            with tqdm(total=len(rows), unit="mem", file=sys.stderr) as bar:
+                n = app.engine.import_rows(rows, space_id=args.space, progress=bar.update)
+            print(f"imported {n} memories")
+    finally:
+        app.store.close()
+    return 0
+
+
+def cmd_reembed(settings: Settings, args) -> int:
+    from tqdm import tqdm
+
+    from bot.app import make_embedder
+
+    app = _engine(settings)
+    try:
+        total = app.store.read(lambda c: c.execute("SELECT count(*) FROM memories").fetchone()[0])
+        with tqdm(total=total, unit="mem", file=sys.stderr) as bar:
+            n = app.engine.reembed(make_embedder(settings), progress=bar.update)
+        app.engine.rebuild_fts()
+        print(f"re-embedded {n} memories with {app.engine.embedder.name}")
+    finally:
+        app.store.close()
+    return 0
+
+
+# --- doctor -------------------------------------------------------------------------------
+def cmd_doctor(settings: Settings, args) -> int:
+    problems = 0
+
+    def report(ok: bool, what: str, fix: str = "") -> None:
+        nonlocal problems
+        print(f"[{'ok' if ok else 'FAIL'}] {what}" + ("" if ok else f"\n       fix: {fix}"))
+        problems += 0 if ok else 1
+
+    from memory.store import connect
+
+    try:
+        con = connect(":memory:")
+        con.execute("SELECT array_inner_product([1.0, 0.0]::FLOAT[2], [1.0, 0.0]::FLOAT[2]), stem('running', 'porter')")
+        con.close()
+        report(True, "DuckDB vss and fts extensions load from their packages")
+    except Exception as exc:
+        report(False, f"DuckDB extensions: {exc}", "pip install duckdb==1.5.5 duckdb-extension-vss==1.5.5 duckdb-extension-fts==1.5.5")
+    try:
+        from bot.app import make_embedder
+
+        emb = make_embedder(settings)
+        vec = emb.embed_query("hello")
+        report(len(vec) == emb.dim, f"embedding model {emb.name} ({emb.dim}-d)")
+    except Exception as exc:
+        report(False, f"embedding model: {exc}", "check [embedding] in the config")
+    try:
+        from bot.app import open_store
+
+        store = open_store(settings)
+        store.write(lambda c: c.execute("INSERT OR REPLACE INTO meta VALUES ('doctor', current_timestamp::VARCHAR)"))
+        store.close()
+        report(True, f"database {settings.db_path} is writable")
+    except StoreLockedError as exc:
+        report(True, f"database in use by a running gateway ({exc})")
+    except Exception as exc:
+        report(False, f"database {settings.db_path}: {exc}", "check data_dir and its permissions")
+    if not settings.llm_configured:
+        report(False, "no LLM configured", NO_LLM_TEXT.replace("\n", "\n       "))
+    else:
+        from bot.app import make_llm
+        from memory.store import Store
+
+        async def ping() -> str:
+            class _NoStore:
+                def write(self, fn):
+                    return None
+
+            llm = make_llm(settings, _NoStore())  # type: ignore[arg-type]
+            out = await llm.complete([{"role": "user", "content": "Reply with the word OK."}], purpose="doctor", max_tokens=1)
+            return out.content
+
+        try:
+            asyncio.run(ping())
+            report(True, f"LLM {settings.llm.model or settings.llm.api_base} answers")
+        except Exception as exc:
+            report(False, f"LLM call failed: {str(exc)[:200]}", "check MEMGATE_LLM_MODEL / MEMGATE_LLM_API_BASE / MEMGATE_LLM_API_KEY")
+        del Store
+    print("all good" if not problems else f"{problems} problem(s)")
+    return 1 if problems else 0
+
+
+# --- pairing, jobs, wechat ----------------------------------------------------------------
+def cmd_pairing(settings: Settings, args) -> int:
+    app = _engine(settings)
+    try:
+        if args.action == "list":
+            for p in asyncio.run(app.access.pending()):
+                print(f"{p.code}  {p.channel}:{p.external_id}  {p.display_name}")
+        elif args.action == "approve":
+            ident = asyncio.run(app.access.approve(args.code.upper(), None))
+            print(f"approved {ident.key} as {ident.role.value}")
+        else:
+            asyncio.run(app.access.deny(args.code.upper(), None))
+            print("denied")
+    finally:
+        app.store.close()
+    return 0
+
+
+def cmd_jobs(settings: Settings, args) -> int:
+    from bot.app import open_store
+    from bot.scheduler import format_jobs, load_job_statuses
+
+    store = open_store(settings)
+    try:
+        print(format_jobs(load_job_statuses(store)))
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_wechat(settings: Settings, args) -> int:
+    from adapters.ilink_login import login
+
+    setup_logging(settings, to_file=False)
+    creds = asyncio.run(login(settings.channels.wechat.base_url, settings.data_path))
+    print(f"logged in as bot {creds.ilink_bot_id}; credentials saved in {settings.data_path}")
+    return 0
+
+
+# --- entry point --------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="memgate", description="A chat-bot gateway whose agent never forgets.")
+    p.add_argument("--config", help="TOML config file (default: $MEMGATE_CONFIG, ./memgate.toml, ~/.config/memgate/memgate.toml)")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("chat", help="talk to the bot in this terminal")
+    c.add_argument("--user", help="your name (each name has its own memory)")
+    c.set_defaults(func=cmd_chat)
+    sub.add_parser("run", help="start every enabled channel").set_defaults(func=cmd_run)
+    m = sub.add_parser("memory", help="search, list, export or import memories")
+    msub = m.add_subparsers(dest="action", required=True)
+    s = msub.add_parser("search")
+    s.add_argument("query", nargs="+")
+    s.add_argument("--limit", type=int, default=10)
+    s.add_argument("--space")
+    ls = msub.add_parser("list")
+    ls.add_argument("--kind", action="append", default=None, choices=["fact", "chunk", "task", "skill"])
+    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--space")
+    ex = msub.add_parser("export")
+    ex.add_argument("file", nargs="?", default="-")
+    ex.add_argument("--space")
+    im = msub.add_parser("import")
+    im.add_argument("file")
+    im.add_argument("--space", help="import everything into this space")
+    m.set_defaults(func=cmd_memory)
+    sub.add_parser("reembed", help="re-embed every memory with the configured model").set_defaults(func=cmd_reembed)
+    sub.add_parser("doctor", help="check the installation").set_defaults(func=cmd_doctor)
+    pa = sub.add_parser("pairing", help="pending DM pairing requests")
+    pa.add_argument("action", choices=["list", "approve", "deny"])
+    pa.add_argument("code", nargs="?")
+    pa.set_defaults(func=cmd_pairing)
+    sub.add_parser("jobs", help="background jobs").set_defaults(func=cmd_jobs)
+    w = sub.add_parser("wechat", help="WeChat iLink bot")
+    w.add_argument("action", choices=["login"])
+    w.set_defaults(func=cmd_wechat)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "memory" and args.action == "list" and args.kind is None:
+        args.kind = ["fact"]
+    if args.command == "pairing" and args.action != "list" and not args.code:
+        print("memgate pairing approve|deny needs a CODE", file=sys.stderr)
+        return 2
+    try:
+        settings = load_settings(args.config)
+        return args.func(settings, args)
+    except StoreLockedError as exc:
+        print(f"memgate: {exc}", file=sys.stderr)
+        return 3
+    except ConfigError as exc:
+        print(f"memgate: {exc}", file=sys.stderr)
+        return 2
+    except MemgateError as exc:
+        print(f"memgate: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

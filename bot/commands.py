@@ -1,0 +1,248 @@
+"""Chat commands, answered without the LLM, the same on every channel.
+
+Everyone: /help /whoami /new /memory [query] /remember TEXT /forget ID|query /pin ID /unpin ID
+/export /link [CODE]. Admins: /approve CODE /deny CODE /users /role USER ROLE /block USER
+/stats /jobs /reindex. Tasks and skills: /tasks /skills /skill NAME.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from bot.access import Access, Allowed, Role
+from bot.errors import MemgateError
+from bot.message import Document, Message, Reply
+from bot.tools import ToolContext
+from memory.capture import pending_count
+from memory.engine import MemoryEngine
+from memory.recall import humanize_age
+from memory.text import trim
+
+if TYPE_CHECKING:
+    from bot.gateway import Gateway
+
+log = logging.getLogger(__name__)
+audit = logging.getLogger("memgate.audit")
+
+
+@dataclass(frozen=True, slots=True)
+class CommandContext:
+    msg: Message
+    allowed: Allowed
+    tools: ToolContext
+    gateway: Gateway | None = None
+
+    @property
+    def args(self) -> str:
+        return self.msg.text.strip().partition(" ")[2].strip()
+
+
+Handler = Callable[[CommandContext], Awaitable["str | Reply"]]
+
+
+@dataclass
+class _Command:
+    handler: Handler
+    help: str
+    admin: bool = False
+
+
+HELP_HEADER = "I remember what you tell me and recall it when it matters. Commands:"
+
+
+@dataclass
+class Commands:
+    engine: MemoryEngine
+    access: Access
+    clock: Callable[[], datetime]
+    extra: dict[str, Any] = field(default_factory=dict)   # optional: tasks, skills, scheduler, usage
+    _table: dict[str, _Command] = field(default_factory=dict, init=False)
+    _confirm: dict[str, list[str]] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        t = self._table
+        t["help"] = _Command(self._help, "/help: this list")
+        t["start"] = _Command(self._help, "")
+        t["whoami"] = _Command(self._whoami, "/whoami: who I think you are")
+        t["new"] = _Command(self._new, "/new: start a new conversation (memories stay)")
+        t["memory"] = _Command(self._memory, "/memory [query]: what I remember (about the query)")
+        t["remember"] = _Command(self._remember, "/remember TEXT: remember this for good (pinned)")
+        t["forget"] = _Command(self._forget, "/forget ID|query: forget a memory")
+        t["pin"] = _Command(self._pin, "/pin ID: never change or drop this memory automatically")
+        t["unpin"] = _Command(self._unpin, "/unpin ID")
+        t["export"] = _Command(self._export, "/export: all your memories as a JSONL file")
+        t["link"] = _Command(self._link, "/link [CODE]: share one memory across your accounts")
+        t["approve"] = _Command(self._approve, "/approve CODE: let a person in", admin=True)
+        t["deny"] = _Command(self._deny, "/deny CODE", admin=True)
+        t["users"] = _Command(self._users, "/users: people and roles", admin=True)
+        t["role"] = _Command(self._role, "/role USER ROLE: owner/admin/user/blocked", admin=True)
+        t["block"] = _Command(self._block, "/block USER", admin=True)
+        t["stats"] = _Command(self._stats, "/stats: memories, queue, LLM use today", admin=True)
+        t["jobs"] = _Command(self._jobs, "/jobs: background jobs", admin=True)
+        t["reindex"] = _Command(self._reindex, "/reindex: rebuild the keyword index", admin=True)
+
+    def register(self, name: str, handler: Handler, help_text: str, admin: bool = False) -> None:
+        self._table[name] = _Command(handler, help_text, admin)
+
+    async def handle(self, ctx: CommandContext) -> str | Reply | None:
+        """Answer a /command; None when it is not one of ours (the agent gets the text)."""
+        word = ctx.msg.text.strip().split(maxsplit=1)[0][1:].lower()
+        name = word.split("@", 1)[0]
+        cmd = self._table.get(name)
+        if cmd is None:
+            return f"Unknown command /{name}. Send /help for the list."
+        ident = ctx.allowed.identity
+        if cmd.admin:
+            if not self.access.is_admin(ident):
+                return "Sorry, only the bot's admins can do that."
+            audit.info("admin command /%s by %s", name, ident.key)
+        try:
+            return await cmd.handler(ctx)
+        except MemgateError as exc:
+            return str(exc)
+
+    # --- everyone --------------------------------------------------------------------------
+    async def _help(self, ctx: CommandContext) -> str:
+        admin = self.access.is_admin(ctx.allowed.identity)
+        lines = [c.help for c in self._table.values() if c.help and (admin or not c.admin)]
+        return "\n".join([HELP_HEADER, *lines])
+
+    async def _whoami(self, ctx: CommandContext) -> str:
+        i = ctx.allowed.identity
+        return f"You are {i.display_name or i.external_id} ({i.key}), role {i.role.value}. Your memory space: {i.space_id}."
+
+    async def _new(self, ctx: CommandContext) -> str:
+        if ctx.gateway is not None:
+            await ctx.gateway.new_session(ctx.msg, ctx.allowed)
+        return "Started a new conversation. I still remember what matters."
+
+    async def _memory(self, ctx: CommandContext) -> str:
+        now = self.clock()
+        if ctx.args:
+            hits = await self.engine.search(ctx.args, ctx.tools.space_ids, limit=10)
+            if not hits:
+                return f"I found nothing about “{ctx.args}”."
+            return "\n".join(f"[{h.id}] {trim(h.text, 200)} ({humanize_age(h.created_at, now)})" for h in hits)
+        rows = await self.engine.list([ctx.allowed.write_space], limit=20)
+        if not rows:
+            return "I don't remember any facts about you yet."
+        return "\n".join(f"[{r.id}]{' 📌' if r.pinned else ''} {trim(r.text, 200)} ({humanize_age(r.created_at, now)})" for r in rows)
+
+    async def _remember(self, ctx: CommandContext) -> str:
+        if not ctx.args:
+            return "Usage: /remember TEXT"
+        rec = await self.engine.remember(ctx.args, ctx.allowed.write_space, pinned=True, source="command")
+        return f"Remembered [{rec.id}] (pinned)."
+
+    async def _forget(self, ctx: CommandContext) -> str:
+        arg = ctx.args
+        if not arg:
+            return "Usage: /forget ID or /forget some words"
+        own = [ctx.allowed.write_space]
+        key = ctx.msg.conversation_key
+        if arg.lower() in ("yes", "all") and key in self._confirm:
+            res = await self.engine.forget(self._confirm.pop(key), own)
+            return f"Forgot {len(res.forgotten)} memories."
+        if " " not in arg and (await self.engine.get([arg], own)):
+            res = await self.engine.forget([arg], own)
+            return f"Forgot [{arg}]." if res.forgotten else f"[{arg}] is not one of your memories."
+        hits = [h for h in await self.engine.search(arg, own, limit=5, kinds=("fact", "chunk")) if h.score >= 0.5]
+        if not hits:
+            return f"I found nothing of yours about “{arg}”."
+        if len(hits) == 1:
+            await self.engine.forget([hits[0].id], own)
+            return f"Forgot [{hits[0].id}] {trim(hits[0].text, 120)}"
+        self._confirm[key] = [h.id for h in hits]
+        listing = "\n".join(f"[{h.id}] {trim(h.text, 120)}" for h in hits)
+        return f"Several memories match:\n{listing}\nSend /forget ID for one, or /forget yes to forget all {len(hits)}."
+
+    async def _pin(self, ctx: CommandContext, pinned: bool = True) -> str:
+        if not ctx.args:
+            return f"Usage: /{'pin' if pinned else 'unpin'} ID"
+        ok = await self.engine.set_pinned(ctx.args, [ctx.allowed.write_space], pinned)
+        return (f"{'Pinned' if pinned else 'Unpinned'} [{ctx.args}]." if ok else f"[{ctx.args}] is not one of your memories.")
+
+    async def _unpin(self, ctx: CommandContext) -> str:
+        return await self._pin(ctx, pinned=False)
+
+    async def _export(self, ctx: CommandContext) -> Reply:
+        data = await asyncio.to_thread(self.engine.export_jsonl, [ctx.allowed.write_space])
+        n = data.count(b"\n")
+        return Reply(channel=ctx.msg.channel, chat_id=ctx.msg.chat_id, thread_id=ctx.msg.thread_id,
+                     recipient_id=ctx.msg.sender_id, text=f"Your {n} memories.",
+                     document=Document(filename="memgate-export.jsonl", data=data, mime="application/jsonl"))
+
+    async def _link(self, ctx: CommandContext) -> str:
+        if ctx.args:
+            ident = await self.access.redeem_link(ctx.args.strip().upper(), ctx.allowed.identity)
+            return f"Linked: this account now shares memory space {ident.space_id}."
+        code = await self.access.link_code(ctx.allowed.identity)
+        return (f"Your link code: {code}\nSend “/link {code}” from your other account (any channel) within "
+                "10 minutes, and both will share one memory.")
+
+    # --- admins ----------------------------------------------------------------------------
+    async def _approve(self, ctx: CommandContext) -> str:
+        if not ctx.args:
+            pending = await self.access.pending()
+            if not pending:
+                return "No pending requests."
+            return "Pending:\n" + "\n".join(f"{p.code} {p.display_name or p.external_id} ({p.channel})" for p in pending)
+        ident = await self.access.approve(ctx.args.strip().upper(), ctx.allowed.identity)
+        return f"Approved {ident.display_name or ident.external_id} ({ident.key}) as {ident.role.value}."
+
+    async def _deny(self, ctx: CommandContext) -> str:
+        await self.access.deny(ctx.args.strip().upper(), ctx.allowed.identity)
+        return "Denied."
+
+    async def _users(self, ctx: CommandContext) -> str:
+        users = await self.access.users()
+        return "\n".join(f"{u.key} {u.display_name} — {u.role.value}" for u in users) or "No users yet."
+
+    async def _role(self, ctx: CommandContext) -> str:
+        parts = ctx.args.split()
+        if len(parts) != 2 or parts[1].lower() not in {r.value for r in Role}:
+            return "Usage: /role USER owner|admin|user|blocked"
+        ident = await self.access.set_role(parts[0], Role(parts[1].lower()), ctx.allowed.identity)
+        return f"{ident.key} is now {ident.role.value}."
+
+    async def _block(self, ctx: CommandContext) -> str:
+        if not ctx.args:
+            return "Usage: /block USER"
+        ident = await self.access.set_role(ctx.args.split()[0], Role.BLOCKED, ctx.allowed.identity)
+        return f"Blocked {ident.key}."
+
+    async def _stats(self, ctx: CommandContext) -> str:
+        store = self.engine.store
+        today = self.clock().replace(hour=0, minute=0, second=0, microsecond=0)
+        if today.tzinfo is not None:
+            today = today.replace(tzinfo=None)
+
+        def read(con):
+            mem = con.execute("SELECT kind, count(*) FROM memories WHERE status = 'active' GROUP BY kind ORDER BY kind").fetchall()
+            spaces = con.execute("SELECT count(*) FROM spaces").fetchone()[0]
+            usage = con.execute("""SELECT count(*), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0)
+                                   FROM llm_usage WHERE called_at >= ?""", [today]).fetchone()
+            return mem, spaces, usage
+
+        mem, spaces, usage = await store.aread(read)
+        queue = await asyncio.to_thread(pending_count, store)
+        mem_text = ", ".join(f"{n} {k}s" for k, n in mem) or "none"
+        return (f"Memories: {mem_text}\nSpaces: {spaces}\nIngest queue: {queue} waiting\n"
+                f"LLM today: {usage[0]} calls, {usage[1]} prompt + {usage[2]} completion tokens")
+
+    async def _jobs(self, ctx: CommandContext) -> str:
+        scheduler = self.extra.get("scheduler")
+        if scheduler is None:
+            return "No scheduler is running."
+        from bot.scheduler import format_jobs
+
+        return format_jobs(scheduler.status())
+
+    async def _reindex(self, ctx: CommandContext) -> str:
+        wm = await asyncio.to_thread(self.engine.rebuild_fts)
+        return f"Keyword index rebuilt ({wm} rows covered)."

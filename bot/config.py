@@ -1,0 +1,235 @@
+"""Settings: one TOML file validated into typed, frozen models, plus environment variables.
+
+Secrets come only from the environment (MEMGATE_LLM_API_KEY, TELEGRAM_BOT_TOKEN, ...); a
+secret written in the file is refused. An unknown or mistyped key is an error naming it.
+Non-secret keys may also be overridden from the environment as MEMGATE_<SECTION>_<KEY>
+(e.g. MEMGATE_LLM_API_BASE, MEMGATE_LLM_MODEL, MEMGATE_DATA_DIR).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from bot.errors import ConfigError
+
+DEFAULT_CONFIG_PATHS = ("memgate.toml", "~/.config/memgate/memgate.toml")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LLMConfig(_Section):
+    model: str = ""                     # any litellm model name; empty = no LLM configured
+    api_base: str = ""                  # an OpenAI-compatible server (Ollama, llama.cpp, vLLM)
+    timeout: float = 60.0
+    retries: int = 2
+    temperature: float = 0.3
+    max_tokens: int = 1024
+    memory_model: str = ""              # model for ingest/tasks; empty = same as `model`
+    memory_llm: bool = True             # false = raw memory (no titles, facts, summaries)
+
+
+class EmbeddingConfig(_Section):
+    provider: Literal["local", "litellm"] = "local"
+    model: str = ""                     # litellm provider: the embedding model name
+    api_base: str = ""
+    dim: int = 384
+
+
+class MemoryConfig(_Section):
+    inject_items: int = 6
+    inject_tokens: int = 800
+    search_default: int = 10
+    search_max: int = 20
+    half_life_days: float = 14.0
+    decay_floor: float = 0.8
+    mmr_lambda: float = 0.7
+    fusion: Literal["convex", "rrf"] = "convex"
+    dedup_threshold: float = 0.93
+    fact_candidate_threshold: float = 0.86
+    max_ingest_attempts: int = 3
+    fts_rebuild_rows: int = 500         # rebuild the keyword index when this many rows are fresh
+
+
+class AgentConfig(_Section):
+    name: str = "memgate"
+    max_tool_rounds: int = 4
+    turn_timeout: float = 120.0
+    history_tokens: int = 2000
+    session_idle_hours: float = 2.0
+    queue_size: int = 20
+    system_prompt: str = ""             # extra instructions appended to the built-in prompt
+
+
+class AccessConfig(_Section):
+    dm_policy: Literal["pairing", "allowlist", "open", "disabled"] = "pairing"
+    group_policy: Literal["allowlist", "open", "disabled"] = "allowlist"
+    require_mention: bool = True
+    owners: tuple[str, ...] = ()        # "telegram:12345", "wechat:wxid_abc"
+    allow: tuple[str, ...] = ()         # identities allowed under the allowlist policy
+    groups: tuple[str, ...] = ()        # "telegram:-100123" groups allowed under the allowlist policy
+    pairing_ttl_minutes: int = 60
+    max_pending: int = 3
+
+
+class TelegramConfig(_Section):
+    enabled: bool = False
+    base_url: str = ""                  # a local Bot API server; empty = api.telegram.org
+    poll_timeout: float = 30.0
+
+
+class WechatConfig(_Section):
+    enabled: bool = False
+    base_url: str = "https://ilinkai.weixin.qq.com"
+
+
+class WechatMpConfig(_Section):
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = 8080
+    path: str = "/wechat"
+    app_id: str = ""
+    api_base: str = "https://api.weixin.qq.com"
+
+
+class ConsoleConfig(_Section):
+    enabled: bool = True
+    user: str = ""                      # the terminal user's name; empty = $USER
+
+
+class ChannelsConfig(_Section):
+    console: ConsoleConfig = ConsoleConfig()
+    telegram: TelegramConfig = TelegramConfig()
+    wechat: WechatConfig = WechatConfig()
+    wechat_mp: WechatMpConfig = WechatMpConfig()
+
+
+class SchedulerConfig(_Section):
+    close_tasks_minutes: float = 10.0
+    evolve_skills_minutes: float = 30.0
+    fts_rebuild_minutes: float = 15.0
+    retry_ingest_minutes: float = 5.0
+
+
+class Settings(_Section):
+    data_dir: str = "~/.local/share/memgate"
+    log_level: str = "INFO"
+    llm: LLMConfig = LLMConfig()
+    embedding: EmbeddingConfig = EmbeddingConfig()
+    memory: MemoryConfig = MemoryConfig()
+    agent: AgentConfig = AgentConfig()
+    access: AccessConfig = AccessConfig()
+    channels: ChannelsConfig = ChannelsConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    # Secrets, from the environment only (never from the file, never logged).
+    secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.embedding.provider == "litellm" and not self.embedding.model:
+            raise ValueError("embedding.model is required when embedding.provider = 'litellm'")
+        if self.embedding.provider == "local" and self.embedding.dim != 384:
+            raise ValueError("embedding.dim must be 384 for the local model")
+        return self
+
+    @property
+    def data_path(self) -> Path:
+        return Path(os.path.expanduser(self.data_dir))
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_path / "memgate.duckdb"
+
+    @property
+    def llm_configured(self) -> bool:
+        return bool(self.llm.model or self.llm.api_base)
+
+    def secret(self, name: str) -> str | None:
+        return self.secrets.get(name) or None
+
+
+# Environment variables that hold secrets, by the name the code asks for.
+SECRET_ENV = {
+    "llm_api_key": "MEMGATE_LLM_API_KEY",
+    "embedding_api_key": "MEMGATE_EMBEDDING_API_KEY",
+    "telegram_token": "TELEGRAM_BOT_TOKEN",
+    "wechat_mp_token": "WECHAT_MP_TOKEN",
+    "wechat_mp_secret": "WECHAT_MP_APP_SECRET",
+    "wechat_mp_aes_key": "WECHAT_MP_AES_KEY",
+}
+_SECRET_KEYS = frozenset({"api_key", "key", "token", "bot_token", "secret", "app_secret", "password",
+                          "aes_key", "encoding_aes_key", "access_token"})
+
+
+def _walk_secrets(data: dict[str, Any], prefix: str = "") -> None:
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            _walk_secrets(value, path + ".")
+        elif key.lower() in _SECRET_KEYS:
+            raise ConfigError(f"'{path}' looks like a secret: secrets are read from the environment only "
+                              f"({', '.join(sorted(SECRET_ENV.values()))}), remove it from the file")
+
+
+def _env_overrides(data: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """Apply MEMGATE_<SECTION>_<KEY> for known keys (MEMGATE_DATA_DIR, MEMGATE_LLM_API_BASE, ...)."""
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    for name, field in Settings.model_fields.items():
+        if name == "secrets":
+            continue
+        sub = field.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            for key in sub.model_fields:
+                var = f"MEMGATE_{name}_{key}".upper()
+                if var in env and key not in _SECRET_KEYS:
+                    data.setdefault(name, {})[key] = _coerce(env[var], sub.model_fields[key].annotation)
+        else:
+            var = f"MEMGATE_{name}".upper()
+            if var in env:
+                data[name] = env[var]
+    return data
+
+
+def _coerce(value: str, annotation: Any) -> Any:
+    if annotation is bool:
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    if getattr(annotation, "__origin__", None) is tuple:
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    return value
+
+
+def load_settings(path: str | Path | None = None, env: dict[str, str] | None = None) -> Settings:
+    """Read the TOML file (explicit path, $MEMGATE_CONFIG, ./memgate.toml or ~/.config/...), then env."""
+    env = dict(os.environ if env is None else env)
+    candidates = [path] if path else ([env["MEMGATE_CONFIG"]] if env.get("MEMGATE_CONFIG") else list(DEFAULT_CONFIG_PATHS))
+    data: dict[str, Any] = {}
+    for cand in candidates:
+        p = Path(os.path.expanduser(str(cand)))
+        if p.exists():
+            try:
+                data = tomllib.loads(p.read_text(encoding="utf-8"))
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+            break
+        if path:
+            raise ConfigError(f"config file {p} does not exist")
+    _walk_secrets(data)
+    data = _env_overrides(data, env)
+    data["secrets"] = {name: env[var] for name, var in SECRET_ENV.items() if env.get(var)}
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            if err["type"] == "extra_forbidden":
+                problems.append(f"unknown key '{loc}'")
+            else:
+                problems.append(f"'{loc}': {err['msg']}" if loc else err["msg"])
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

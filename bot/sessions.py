@@ -1,0 +1,77 @@
+"""Conversation -> session: a new session after `idle` without messages or on /new.
+
+The recent turns of a session come from the ingest queue, which holds every captured turn
+already cleaned (no memory block, no memory-tool results), so history needs no second copy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from memory.memories import new_id, utc_naive
+from memory.store import Conn, Migration, Store
+from memory.text import estimate_tokens
+
+SESSION_MIGRATIONS = (
+    Migration(300, "sessions", """
+        CREATE TABLE sessions (
+            conversation_key VARCHAR PRIMARY KEY,
+            session_id VARCHAR NOT NULL,
+            space_id VARCHAR NOT NULL,
+            started_at TIMESTAMP NOT NULL,
+            last_at TIMESTAMP NOT NULL
+        );
+    """),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    conversation_key: str
+    session_id: str
+    space_id: str
+    started_at: datetime
+    is_new: bool
+
+
+class Sessions:
+    """Tracks the current session of every conversation."""
+
+    def __init__(self, store: Store, *, idle: timedelta, clock: Callable[[], datetime]) -> None:
+        self.store = store
+        self.idle = idle
+        self.clock = clock
+
+    async def current(self, conversation_key: str, space_id: str, *, force_new: bool = False) -> Session:
+        now = utc_naive(self.clock())
+
+        def write(con: Conn) -> Session:
+            row = con.execute("SELECT session_id, space_id, started_at, last_at FROM sessions WHERE conversation_key = ?",
+                              [conversation_key]).fetchone()
+            if row and not force_new and row[1] == space_id and now - row[3] <= self.idle:
+                con.execute("UPDATE sessions SET last_at = ? WHERE conversation_key = ?", [now, conversation_key])
+                return Session(conversation_key, row[0], row[1], row[2], False)
+            sid = new_id("s")
+            con.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?)", [conversation_key, sid, space_id, now, now])
+            return Session(conversation_key, sid, space_id, now, True)
+
+        return await self.store.awrite(write)
+
+    async def history(self, session_id: str, max_tokens: int, max_turns: int = 20) -> list[dict]:
+        """The session's recent user/assistant messages, newest last, within a token budget."""
+        rows = await self.store.aread(lambda c: c.execute(
+            "SELECT payload FROM ingest_queue WHERE session_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+            [session_id, max_turns]).fetchall())
+        out: list[dict] = []
+        budget = max_tokens
+        for (payload,) in rows:
+            msgs = [m for m in json.loads(payload)["messages"] if m["role"] in ("user", "assistant")]
+            cost = sum(estimate_tokens(m["text"]) for m in msgs)
+            if cost > budget:
+                break
+            budget -= cost
+            out[:0] = [{"role": m["role"], "content": m["text"]} for m in msgs]
+        return out
