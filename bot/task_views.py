@@ -66,6 +66,16 @@ def format_tasks(tasks: Sequence[TaskView]) -> str:
     return "\n".join(lines)
 
 
+def format_task(task: TaskView) -> str:
+    """One task for the task_summary tool: a header line, then its summary (or why it has none)."""
+    head = f"Task {task.id} ({task.status}, {task.chunk_count} messages, {_when(task.started_at)} to {_when(task.last_at)})"
+    if task.summary:
+        return f"{head}\n{task.summary}"
+    if task.status == "skipped":
+        return f"{head}\nNo summary: skipped by the rule {task.skip_reason}."
+    return f"{head}\nNo summary yet: the task is still open."
+
+
 def format_skills(skills: Sequence[SkillView]) -> str:
     """/skills: name, version, uses and description of each skill."""
     if not skills:

@@ -197,6 +197,7 @@ def _chunk(row: tuple) -> ChunkInfo:
 
 
 _CHUNK_COLUMNS = "id, role, text, created_at, session_id, turn_id"
+FIRST_USER_CHARS = 2000  # what the boundary judge sees of it is shorter still
 
 
 class TaskProcessor:
@@ -299,7 +300,7 @@ class TaskProcessor:
         return await self.store.aread(load)
 
     async def _start(self, space_id: str, turn: Turn) -> _Open:
-        first_user = turn.user_text or None
+        first_user = _cut(turn.user_text, FIRST_USER_CHARS) or None
         task = _Open(new_id("t"), space_id, turn.session_id, utc_naive(turn.ended_at), first_user,
                      deque([turn], maxlen=self.settings.context_turns))
 
@@ -317,7 +318,7 @@ class TaskProcessor:
     async def _attach(self, task: _Open, turn: Turn) -> None:
         task.last_at = max(task.last_at, utc_naive(turn.ended_at))
         if task.first_user_text is None and turn.has_user:
-            task.first_user_text = turn.user_text
+            task.first_user_text = _cut(turn.user_text, FIRST_USER_CHARS)
         task.recent.append(turn)
 
         def write(c: Conn) -> None:

@@ -30,7 +30,7 @@ from memory.task_rules import (
     user_language,
 )
 from memory.tasks import SummaryAnswer, TaskProcessor, TaskSettings, format_chat, render_summary
-from bot.task_views import format_tasks
+from bot.task_views import format_task, format_tasks
 from tests.fakes.clock import FakeClock
 from tests.fakes.llm_server import FakeError, FakeLLM
 
@@ -383,6 +383,8 @@ async def test_qualifying_task_closes_after_idle_with_exactly_one_summary(store,
     assert [h.id for h in hits] == [task_id] and len(hits[0].source_ids) == 6
     view = await proc.summary(task_id, [space, "public"])
     assert view is not None and view.title == title
+    assert format_task(view).startswith(f"Task {task_id} (completed, 6 messages, 2026-01-01 09:00 to 2026-01-01 09:05)\n"
+                                        "Nightly PostgreSQL backup with pg_dump and cron\n")
     assert await proc.summary(task_id, ["u:2", "public"]) is None
 
 
@@ -397,6 +399,7 @@ async def test_greeting_only_task_is_skipped_with_its_reason(store, embedder, fa
     assert calls(proc, "task_summary") == 0
     assert store.read(lambda c: c.execute("SELECT count(*) FROM memories WHERE kind = 'task'").fetchone()[0]) == 0
     assert "skipped: mostly_trivial" in format_tasks(await proc.recent(space))
+    assert format_task((await proc.recent(space))[0]).endswith("No summary: skipped by the rule mostly_trivial.")
 
 
 async def test_failed_summary_stays_pending_and_is_retried(store, embedder, fake, proc, clock):
