@@ -292,10 +292,22 @@ class SkillEvolver:
     # --- reads -------------------------------------------------------------------------------
     async def search(self, query: str, space_ids: Sequence[str], limit: int = 5) -> list[SkillView]:
         """Skills of the allowed spaces ranked by 0.7 x cosine + 0.3 x BM25 over name and description,
-        above `settings.search_min_score` (does not count usage: call count_usage for what is used)."""
+        above `settings.search_min_score` (does not count usage: call count_usage for what is used).
+        The query "*" lists them all, as `list_skills` does."""
+        if query.strip() == "*":
+            return await self.list_skills(space_ids, limit)
         if not query.strip() or not space_ids:
             return []
         return await self._ranked(query, list(space_ids), limit, self.settings.search_min_score)
+
+    async def list_skills(self, space_ids: Sequence[str], limit: int = 20) -> list[SkillView]:
+        """Every skill of the allowed spaces, most used first, then most recently changed."""
+        if not space_ids:
+            return []
+        rows = await self.store.aread(lambda c: c.execute(
+            _SKILL_SELECT + " WHERE s.space_id IN (SELECT unnest(?)) ORDER BY s.usage_count DESC, s.updated_at DESC, "
+            "s.name LIMIT ?", [list(space_ids), limit]).fetchall())
+        return [SkillView(*r) for r in rows]
 
     async def get(self, name_or_id: str, space_ids: Sequence[str]) -> SkillView | None:
         """A skill by id or name (the first listed space wins a name clash); counts one use."""

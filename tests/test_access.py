@@ -234,7 +234,8 @@ async def test_group_allowlist(astore, clock):
 
 async def test_group_open_disabled_and_no_mention(astore, clock):
     assert isinstance(await make(astore, clock, group_policy="open").check(group("-7", "1")), Allowed)
-    assert await make(astore, clock, group_policy="disabled", groups=("telegram:-7",)).check(group("-7", "1")) == Refused(None)
+    off = make(astore, clock, group_policy="disabled", groups=("telegram:-7",))
+    assert await off.check(group("-7", "1")) == Refused(None)
     chatty = make(astore, clock, group_policy="open", require_mention=False)
     assert isinstance(await chatty.check(group("-7", "1", mention=False)), Allowed)
 

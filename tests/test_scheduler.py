@@ -9,8 +9,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bot.errors import ConfigError
-from bot.scheduler import SCHEDULER_MIGRATIONS, JobSpec, JobStatus, Scheduler, load_job_statuses
-from bot.task_views import format_duration, format_jobs
+from bot.scheduler import (
+    SCHEDULER_MIGRATIONS,
+    JobSpec,
+    JobStatus,
+    Scheduler,
+    format_duration,
+    format_jobs,
+    load_job_statuses,
+)
 from memory.embed import LocalE5Embedder
 from memory.llm import Usage
 from memory.memories import NewMemory, insert_memories

@@ -232,6 +232,9 @@ async def test_howto_task_creates_a_skill(store, embedder, fake, evolver, tmp_pa
     assert row[0] == "skill" and row[1] == name and "1. Put the password in ~/.pgpass" in row[2]
     assert [s.name for s in await evolver.search("how to back up postgres", ["u:1"])] == [name]
     assert await evolver.search("what is a good kitten name", ["u:1"]) == []
+    assert [s.name for s in await evolver.list_skills(["u:1"])] == [s.name for s in await evolver.search("*", ["u:1"])] \
+        == [name]
+    assert await evolver.list_skills(["u:2", "public"]) == []
     assert store.read(lambda c: c.execute("SELECT bool_and(skill_checked) FROM tasks").fetchone()[0]) is True
     assert await evolver.evolve_pending() == 0 and fake.calls == 2
     assert "postgresql-nightly-backup (v1, 1 use)" in format_skills([skill])
