@@ -139,6 +139,9 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                                                public_space=access.PUBLIC_SPACE))
     for ch in channels:
         gateway.add_channel(ch)
+        # A channel that can lose its login (WeChat iLink) tells the owner on another channel.
+        if getattr(ch, "_on_session_expired", False) is None:
+            ch._on_session_expired = gateway.notify_owner
     app = App(settings=settings, store=store, engine=engine, access=access, sessions=sessions, gateway=gateway,
               commands=commands, llm=llm, memory_llm=memory_llm, clock=clock, extras=extras)
     _wire_tasks_and_jobs(app, tools, embedder)

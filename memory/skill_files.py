@@ -98,6 +98,26 @@ def clean_doc(doc: SkillDoc) -> SkillDoc:
     )
 
 
+def unique_name(base: str, taken: set[str]) -> str:
+    """`base`, or `base-2`, `base-3`, ... : the first not in `taken`."""
+    if base not in taken:
+        return base
+    n = 2
+    while f"{base}-{n}" in taken:
+        n += 1
+    return f"{base}-{n}"
+
+
+def skill_text(doc: SkillDoc) -> str:
+    """What recall shows for a skill: its description and numbered steps."""
+    return "\n".join([doc.description, *(f"{i}. {s}" for i, s in enumerate(doc.steps, 1))])
+
+
+def index_text(doc: SkillDoc) -> str:
+    """What a skill is found by (vector and keywords): its name in words and its description."""
+    return f"{doc.name.replace('-', ' ')}\n{doc.description}"
+
+
 def _yaml_value(text: str) -> str:
     """Plain when YAML reads it back unchanged, else a JSON string (valid YAML double-quoted)."""
     reserved = re.fullmatch(r"(?i)y|n|yes|no|true|false|on|off|null|~", text)

@@ -37,10 +37,20 @@ from memory.prompts import (
     SKILL_UPGRADE_SYSTEM,
     SKILL_UPGRADE_USER,
 )
-from memory.skill_files import SkillDoc, clean_doc, kebab_name, parse_skill_md, render_skill_md, write_skill_file
+from memory.skill_files import (
+    SkillDoc,
+    clean_doc,
+    index_text,
+    kebab_name,
+    parse_skill_md,
+    render_skill_md,
+    skill_text,
+    unique_name,
+    write_skill_file,
+)
 from memory.store import Conn, Store, vector_literal
 from memory.task_rules import SkillThresholds, skill_reject_reason, user_language
-from memory.tasks import LANGUAGE_HINT
+from memory.tasks import LANGUAGE_HINT, cut_text
 from memory.text import content_hash, query_terms, redact, search_text, trim
 from memory.vectors import vector_candidates
 
@@ -134,15 +144,6 @@ def related_scores(vector: Sequence[tuple[str, float]], keyword: Sequence[tuple[
     return scores
 
 
-def skill_text(doc: SkillDoc) -> str:
-    """What recall shows for a skill: its description and numbered steps."""
-    return "\n".join([doc.description, *(f"{i}. {s}" for i, s in enumerate(doc.steps, 1))])
-
-
-def _index_text(doc: SkillDoc) -> str:
-    return f"{doc.name.replace('-', ' ')}\n{doc.description}"
-
-
 def _doc_from(ans: SkillAnswer, name: str, fallback_description: str = "") -> SkillDoc:
     return clean_doc(SkillDoc(
         name=name,
@@ -207,7 +208,7 @@ class SkillEvolver:
             await self._mark_checked(task_id)
             return self._log(SkillOutcome(task_id, "filtered", reason=reason))
         s = self.settings
-        task_text = trim_block(summary, s.task_chars)
+        task_text = cut_text(summary, s.task_chars)
         language = LANGUAGE_HINT[user_language([summary])]
         try:
             candidates = await self._related(space_id, f"{title or ''}\n{summary}")
@@ -247,7 +248,7 @@ class SkillEvolver:
             return SkillOutcome(task_id, "unchanged", skill.id, "no real improvement")
         version = skill.version + 1
         changelog = redact(trim(ans.changelog, 300)) or "Updated from a newer task"
-        vector = await asyncio.to_thread(self.embedder.embed_passages, [_index_text(doc)])
+        vector = await asyncio.to_thread(self.embedder.embed_passages, [index_text(doc)])
         now = utc_naive(self._clock())
 
         def write(c: Conn) -> None:
@@ -277,7 +278,7 @@ class SkillEvolver:
         doc = _doc_from(ans, name, title)
         content = render_skill_md(doc)
         skill_id = new_id("s")
-        vector = await asyncio.to_thread(self.embedder.embed_passages, [_index_text(doc)])
+        vector = await asyncio.to_thread(self.embedder.embed_passages, [index_text(doc)])
         now = utc_naive(self._clock())
 
         def write(c: Conn) -> None:
@@ -344,7 +345,7 @@ class SkillEvolver:
             if existing.content == skill.content:
                 return existing
             doc = parse_skill_md(skill.content)
-            vector = await asyncio.to_thread(self.embedder.embed_passages, [_index_text(doc)])
+            vector = await asyncio.to_thread(self.embedder.embed_passages, [index_text(doc)])
 
             def update(c: Conn) -> None:
                 c.execute("UPDATE skills SET version = version + 1, description = ?, updated_at = ? WHERE id = ?",
@@ -361,7 +362,7 @@ class SkillEvolver:
                 "SELECT version, content, changelog, source_task_id, created_at FROM skill_versions WHERE skill_id = ? "
                 "ORDER BY version", [skill.id]).fetchall())
             doc = parse_skill_md(skill.content)
-            vector = await asyncio.to_thread(self.embedder.embed_passages, [_index_text(doc)])
+            vector = await asyncio.to_thread(self.embedder.embed_passages, [index_text(doc)])
             target = new_id("s")
 
             def copy(c: Conn) -> None:
@@ -416,14 +417,14 @@ class SkillEvolver:
         for v in versions:
             c.execute("INSERT INTO skill_versions VALUES (?, ?, ?, ?, ?, ?)", [skill_id, *v])
         insert_memories(c, [NewMemory(space_id=space_id, kind="skill", text=skill_text(doc), title=doc.name,
-                                      created_at=now, id=skill_id, index_text=_index_text(doc))], vector)
+                                      created_at=now, id=skill_id, index_text=index_text(doc))], vector)
 
     @staticmethod
     def _update_row(c: Conn, skill_id: str, doc: SkillDoc, vector, now: datetime) -> None:
         c.execute(
             f"UPDATE memories SET text = ?, search_text = ?, content_hash = ?, updated_at = ?, "
             f"embedding = ?::VARCHAR::FLOAT[{len(vector)}] WHERE id = ?",
-            [skill_text(doc), search_text(_index_text(doc)), content_hash(skill_text(doc)), now,
+            [skill_text(doc), search_text(index_text(doc)), content_hash(skill_text(doc)), now,
              vector_literal(vector), skill_id])
         bump_seq(c, [skill_id])
 
@@ -440,18 +441,3 @@ class SkillEvolver:
 
     async def _mark_checked(self, task_id: str) -> None:
         await self.store.awrite(lambda c: self._check(c, task_id))
-
-
-def unique_name(base: str, taken: set[str]) -> str:
-    """`base`, or `base-2`, `base-3`, ... : the first not in `taken`."""
-    if base not in taken:
-        return base
-    n = 2
-    while f"{base}-{n}" in taken:
-        n += 1
-    return f"{base}-{n}"
-
-
-def trim_block(text: str, limit: int) -> str:
-    """Cut a multi-line text to `limit` characters, keeping its lines."""
-    return text if len(text) <= limit else text[:limit].rstrip() + " …"

@@ -142,7 +142,7 @@ def render_summary(ans: SummaryAnswer, language: Language) -> str:
     return "\n".join(out)
 
 
-def _cut(text: str, limit: int) -> str:
+def cut_text(text: str, limit: int) -> str:
     """Cut to `limit` characters keeping line breaks (code stays code); marks the cut."""
     return text if len(text) <= limit else text[:limit].rstrip() + " …[cut]"
 
@@ -153,7 +153,7 @@ def format_chat(chunks: Sequence[ChunkInfo], s: TaskSettings) -> str:
     Over budget, the first two messages (they state the goal) and the latest that fit are kept.
     """
     lines = [
-        f"[{i}] {c.role}: {_cut(redact(c.text.strip()), s.summary_tool_chars if c.role == 'tool' else s.summary_chunk_chars)}"
+        f"[{i}] {c.role}: {cut_text(redact(c.text.strip()), s.summary_tool_chars if c.role == 'tool' else s.summary_chunk_chars)}"
         for i, c in enumerate(chunks, 1)
     ]
     if sum(len(x) + 1 for x in lines) <= s.summary_total_chars:
@@ -300,7 +300,7 @@ class TaskProcessor:
         return await self.store.aread(load)
 
     async def _start(self, space_id: str, turn: Turn) -> _Open:
-        first_user = _cut(turn.user_text, FIRST_USER_CHARS) or None
+        first_user = cut_text(turn.user_text, FIRST_USER_CHARS) or None
         task = _Open(new_id("t"), space_id, turn.session_id, utc_naive(turn.ended_at), first_user,
                      deque([turn], maxlen=self.settings.context_turns))
 
@@ -318,7 +318,7 @@ class TaskProcessor:
     async def _attach(self, task: _Open, turn: Turn) -> None:
         task.last_at = max(task.last_at, utc_naive(turn.ended_at))
         if task.first_user_text is None and turn.has_user:
-            task.first_user_text = _cut(turn.user_text, FIRST_USER_CHARS)
+            task.first_user_text = cut_text(turn.user_text, FIRST_USER_CHARS)
         task.recent.append(turn)
 
         def write(c: Conn) -> None:

@@ -23,8 +23,9 @@ from memory.skill_files import (
     render_skill_md,
     safe_component,
     skill_path,
+    unique_name,
 )
-from memory.skills import SkillEvolver, SkillNotFound, related_scores, unique_name
+from memory.skills import SkillEvolver, SkillNotFound, related_scores
 from memory.store import Store
 from memory.task_rules import skill_reject_reason
 from memory.tasks import TaskProcessor
