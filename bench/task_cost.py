@@ -82,11 +82,13 @@ EPISODES = (
     )),
     Episode("better method: verified, rotated, alerting backup", DAY1 + timedelta(days=5), "tg", (
         ("Last night's PostgreSQL backup was corrupt and nobody noticed. How do I make the nightly backup reliable?",
-         "Verify each dump right after writing it: `pg_restore --list /var/backups/appdb.dump > /dev/null` fails on a corrupt file."),
+         "Verify each dump right after writing it: `pg_restore --list /var/backups/appdb.dump > /dev/null` "
+         "fails on a corrupt file."),
         ("And how do I stop the backup folder from filling the disk?",
          "Keep 14 days: `find /var/backups -name '*.dump' -mtime +14 -delete`."),
         ("Can cron tell me when the backup fails?",
-         "Wrap it in a script with `set -euo pipefail` and set `MAILTO=ops@example.com` in the crontab; cron mails the output of a failing job."),
+         "Wrap it in a script with `set -euo pipefail` and set `MAILTO=ops@example.com` in the crontab; "
+         "cron mails the output of a failing job."),
         ("Perfect, the verified backup with rotation runs now.", "Nice: the backups are now verified, rotated and alerting."),
     )),
     Episode("how-to in Chinese: nginx in Docker", DAY1 + timedelta(days=5, hours=5), "wx", (
@@ -250,8 +252,10 @@ def delta(before: dict[str, Cost], after: dict[str, Cost], purpose: str) -> Cost
 
 def store_turn(store: Store, embedder, user: str, answer: str, at: datetime, session: str) -> None:
     turn = new_id("turn")
-    rows = [NewMemory(space_id=SPACE, kind="chunk", role=role, text=text, title=trim(text, 60), created_at=at + timedelta(seconds=i * 20),
-                      session_id=session, turn_id=turn) for i, (role, text) in enumerate((("user", user), ("assistant", answer)))]
+    pair = (("user", user), ("assistant", answer))
+    rows = [NewMemory(space_id=SPACE, kind="chunk", role=role, text=text, title=trim(text, 60),
+                      created_at=at + timedelta(seconds=i * 20), session_id=session, turn_id=turn)
+            for i, (role, text) in enumerate(pair)]
     vectors = embedder.embed_passages([r.text for r in rows])
     store.write(lambda c: insert_memories(c, rows, vectors))
 
@@ -317,7 +321,8 @@ def report(rows, tasks: dict[str, TaskRow], decisions, llm: LiteLLM) -> None:
         print(f"{t.label:<52}{count:>7}  {label:<26}{_c(t.boundary):>14}{_c(t.summary):>14}{_c(cost):>14}")
     kept = [r for r in rows if r[1] == "completed"]
     print(f"{'all tasks':<52}{sum(r[3] for r in rows):>7}  {f'{len(kept)} summarised':<26}{'':>28}{_c(total):>14}")
-    print(f"per closed task ({len(rows)}): {total.calls / max(1, len(rows)):.1f} calls, {total.tokens / max(1, len(rows)):.0f} tokens; "
+    print(f"per closed task ({len(rows)}): {total.calls / max(1, len(rows)):.1f} calls, "
+          f"{total.tokens / max(1, len(rows)):.0f} tokens; "
           f"per summarised task ({len(kept)}): {total.calls / max(1, len(kept)):.1f} calls, "
           f"{total.tokens / max(1, len(kept)):.0f} tokens (all costs over summarised tasks)")
     summ = sum((tasks[r[0]].summary for r in kept), Cost())

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from bot.errors import ConfigError
+from bot.errors import ConfigError, StoreError
 from memory.memories import utc_naive
 from memory.store import Conn, Migration, Store
 from memory.text import trim
@@ -89,6 +89,8 @@ _ERROR_CHARS = 500
 
 
 def _load_states(con: Conn) -> dict[str, _State]:
+    if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'scheduler_jobs'").fetchone()[0]:
+        raise StoreError("the scheduler_jobs table is missing: open the Store with extra_migrations=SCHEDULER_MIGRATIONS")
     rows = con.execute(
         "SELECT name, last_run, duration_s, last_error, last_ok, runs, failures FROM scheduler_jobs").fetchall()
     return {r[0]: _State(*r[1:]) for r in rows}

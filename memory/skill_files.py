@@ -146,7 +146,8 @@ def _command(command: str) -> str:
 def render_skill_md(doc: SkillDoc, language: str | None = None) -> str:
     """The SKILL.md text of a skill (headings in `language`, guessed from the content if None)."""
     heads = HEADINGS.get(language or doc.language, HEADINGS["en"])
-    out = ["---", f"name: {_yaml_value(doc.name)}", f"description: {_yaml_value(doc.description)}", "---", "", f"# {doc.name}", ""]
+    out = ["---", f"name: {_yaml_value(doc.name)}", f"description: {_yaml_value(doc.description)}", "---", "",
+           f"# {doc.name}", ""]
     for section in SECTIONS:
         items = getattr(doc, section)
         out.append(f"## {heads[section]}")

@@ -155,6 +155,11 @@ def _doc_from(ans: SkillAnswer, name: str, fallback_description: str = "") -> Sk
     ))
 
 
+def candidate_line(skill: SkillView, limit: int) -> str:
+    """A candidate as the decision call sees it: description and steps, in `limit` characters."""
+    return trim(f"{skill.description} | steps: {'; '.join(parse_skill_md(skill.content).steps)}", limit)
+
+
 _SKILL_SELECT = """
 SELECT s.id, s.space_id, s.name, s.description, s.version, s.usage_count, v.content, s.created_at, s.updated_at
 FROM skills s JOIN skill_versions v ON v.skill_id = s.id AND v.version = s.version
@@ -212,9 +217,8 @@ class SkillEvolver:
         language = LANGUAGE_HINT[user_language([summary])]
         try:
             candidates = await self._related(space_id, f"{title or ''}\n{summary}")
-            listing = "\n".join(
-                f"{i}. {k.name}: {trim(k.description + ' | steps: ' + '; '.join(parse_skill_md(k.content).steps), s.candidate_chars)}"
-                for i, k in enumerate(candidates, 1)) or "(none)"
+            listing = "\n".join(f"{i}. {k.name}: {candidate_line(k, s.candidate_chars)}"
+                                 for i, k in enumerate(candidates, 1)) or "(none)"
             decision = await self.llm.complete_json(
                 SKILL_DECIDE_SYSTEM, SKILL_DECIDE_USER.format(task=task_text, skills=listing), DecideAnswer,
                 purpose="skill_decide", max_tokens=s.decide_max_tokens)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.errors import ConfigError
+from bot.errors import ConfigError, StoreError
 from bot.scheduler import (
     SCHEDULER_MIGRATIONS,
     JobSpec,
@@ -197,6 +197,15 @@ async def test_stop_cancels_a_running_job(tmp_path, clock):
         await asyncio.sleep(0)
         await sched.stop()
     assert cancelled.is_set()
+
+
+async def test_a_store_without_the_scheduler_table_is_a_clear_error(tmp_path, clock):
+    async def job() -> None:
+        return None
+
+    with Store(tmp_path / "m.duckdb", 384) as store:
+        with pytest.raises(StoreError, match="SCHEDULER_MIGRATIONS"):
+            await Scheduler(store, clock=clock.now, jobs=[JobSpec("a", job, timedelta(1))]).start()
 
 
 def test_job_names_must_be_unique_and_intervals_positive(tmp_path):

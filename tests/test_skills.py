@@ -250,9 +250,8 @@ async def test_better_method_upgrades_to_version_2_with_a_changelog(store, embed
     decide_prompt = fake.requests[2]["messages"][1]["content"]
     assert f"1. {name}: Back up a PostgreSQL database" in decide_prompt
     assert "CURRENT SKILL.md" in fake.requests[3]["messages"][1]["content"]
-    assert skill_versions(store) == [
-        (name, 2, 1, f"Created from task {store.read(lambda c: c.execute('SELECT min(id) FROM tasks WHERE id <> ?', [task]).fetchone()[0])}"),
-        (name, 2, 2, UPGRADE["changelog"])]
+    first = store.read(lambda c: c.execute("SELECT id FROM tasks WHERE id <> ?", [task]).fetchone()[0])
+    assert skill_versions(store) == [(name, 2, 1, f"Created from task {first}"), (name, 2, 2, UPGRADE["changelog"])]
     history = await evolver.history(name, ["u:1"])
     assert [v.version for v in history] == [1, 2] and history[1].source_task_id == task
     assert "pg_restore --list" not in history[0].content and "pg_restore --list" in history[1].content
