@@ -20,6 +20,7 @@ from memory.capture import CapturedTurn, TurnMessage
 from memory.engine import MemoryEngine
 from memory.errors import LLMError
 from memory.llm import LLM
+from memory.text import MEMORY_CLOSE, MEMORY_OPEN
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,8 @@ class Agent:
     """Runs turns. Holds no per-conversation state: the gateway serialises each conversation."""
 
     def __init__(self, engine: MemoryEngine, llm: LLM, tools: ToolBox, settings: AgentSettings | None = None,
-                 *, clock: Callable[[], datetime]) -> None:
+                 *, clock: Callable[[], datetime], skills=None) -> None:
+        self.skills = skills  # a SkillEvolver, when tasks and skills are on
         self.engine = engine
         self.llm = llm
         self.tools = tools
@@ -76,6 +78,7 @@ class Agent:
             # "and her?" means nothing alone: a short message is searched with the previous one.
             query = f"{last_user}\n{query}"
         block, hits = await self.engine.recall_block(query, req.ctx.space_ids)
+        block = await self._with_skills(block, query, req.ctx.space_ids)
         t_recall = time.perf_counter()
         now = self.clock()
         system = prompts.AGENT_SYSTEM.format(name=self.settings.name, channel=req.channel,
@@ -116,6 +119,24 @@ class Agent:
                         "llm": llm_ms, "capture": (t_end - t_llm) * 1000,
                         "outside_llm": (t_end - t0) * 1000 - llm_ms},
             failed=failed)
+
+    async def _with_skills(self, block: str, query: str, space_ids: Sequence[str]) -> str:
+        """Add at most `inject_skills` relevant skills (name + description) to the memory block."""
+        limit = self.engine.recall_settings.inject_skills
+        if self.skills is None or limit <= 0:
+            return block
+        try:
+            found = await self.skills.search(query, space_ids, limit=limit)
+        except Exception:
+            log.warning("skill recall failed", exc_info=True)
+            return block
+        if not found:
+            return block
+        await self.skills.count_usage([s.id for s in found])
+        lines = "\n".join(f"- skill {s.name} (v{s.version}): {s.description} — read it with skill_get" for s in found)
+        if not block:
+            return f"{MEMORY_OPEN}\n{prompts.MEMORY_BLOCK_HEADER}\n{lines}\n{MEMORY_CLOSE}"
+        return block.replace(MEMORY_CLOSE, f"{lines}\n{MEMORY_CLOSE}")
 
     async def _loop(self, messages: list[dict], ctx: ToolContext) -> tuple[str, list[TurnMessage], float]:
         """Up to max_tool_rounds rounds of tool calls, then a final answer without tools."""

@@ -36,13 +36,15 @@ def wire_tasks(app: App, tools: ToolBox, embedder: Embedder) -> list[JobSpec]:
     skills = SkillEvolver(app.store, embedder, llm, app.settings.data_path, clock=app.clock)
     app.extras["tasks"] = tasks
     app.extras["skills"] = skills
-    app.engine.worker._on_ingested = tasks.assign
+    app.engine.worker.on_ingested = tasks.assign
+    if app.gateway.agent is not None:
+        app.gateway.agent.skills = skills
 
     async def task_summary(args: dict, ctx: ToolContext) -> Any:
         view = await tasks.summary(str(args["id"]), ctx.space_ids)
         if view is None:
             return {"error": "no such task"}
-        return {"id": view.id, "title": view.title, "status": view.status, "summary": view.summary}
+        return {"id": view.id, "status": view.status, "text": format_task(view)}
 
     async def skill_search(args: dict, ctx: ToolContext) -> Any:
         found = await skills.search(str(args["query"]), ctx.space_ids, limit=int(args.get("limit") or 5))

@@ -94,7 +94,7 @@ class IngestWorker:
         self.llm = llm
         self.settings = settings or IngestSettings()
         self._clock = clock or (lambda: datetime.now(UTC))
-        self._on_ingested = on_ingested
+        self.on_ingested = on_ingested
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._stopping = False
@@ -173,9 +173,9 @@ class IngestWorker:
             await self._failed(qid, space_id, session_id, turn_id, messages, created_at, attempts, f"{type(exc).__name__}: {exc}")
             return
         self.stats.turns += 1
-        if self._on_ingested is not None:
+        if self.on_ingested is not None:
             try:
-                await self._on_ingested(space_id)
+                await self.on_ingested(space_id)
             except Exception:
                 log.exception("post-ingest hook failed for space %s", space_id)
 
