@@ -98,6 +98,7 @@ class WechatIlinkAdapter:
         self._http: aiohttp.ClientSession | None = None
         self._inbound: InboundHandler | None = None
         self._poll_task: asyncio.Task[None] | None = None
+        self._handing_over: asyncio.Task[None] | None = None
         self._sends = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -107,7 +108,7 @@ class WechatIlinkAdapter:
 
     async def start(self, inbound: InboundHandler) -> None:
         """Load the stored login and start long polling; ChannelError if there is no login."""
-        if self._poll_task is not None:
+        if self._poll_task is not None or self._http is not None:
             raise ChannelError("the WeChat adapter is already running")
         creds = load_credentials(self.data_dir)
         if creds is None:
@@ -119,13 +120,29 @@ class WechatIlinkAdapter:
         self._poll_task = asyncio.create_task(self._poll_loop(), name=f"{self.name}-ilink-poll")
         log.info("wechat: polling started for bot %s", creds.ilink_bot_id)
 
-    async def stop(self) -> None:
-        """Stop polling, let in-flight sends finish (up to a bound), then close the connection."""
+    async def stop_receiving(self) -> None:
+        """Stop long polling but keep sending; a gateway that shuts down calls this before it answers what is queued.
+
+        A message taken from WeChat after this point would be acknowledged (the cursor moves on)
+        and then dropped by a gateway that is shutting down. A batch already being handed over
+        is finished and its cursor saved first; a poll still waiting is dropped unacknowledged,
+        so the server hands its messages out again after a restart.
+        """
         task, self._poll_task = self._poll_task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        handing_over, self._handing_over = self._handing_over, None
+        if handing_over is not None:
+            try:
+                await handing_over
+            except Exception:
+                log.exception("wechat: handing the last batch to the gateway failed")
+
+    async def stop(self) -> None:
+        """Stop polling, let in-flight sends finish (up to a bound), then close the connection."""
+        await self.stop_receiving()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), self._request_timeout * SEND_ATTEMPTS)
         if self._http is not None:
@@ -180,7 +197,11 @@ class WechatIlinkAdapter:
             failures = 0
             if batch.longpolling_timeout_ms:
                 self._poll_timeout_ms = batch.longpolling_timeout_ms
-            await self._dispatch(batch)
+            # Shielded: cancelling the loop (stop_receiving) never leaves a batch half handed over
+            # with its cursor unsaved, which would repeat its first messages after a restart.
+            self._handing_over = asyncio.create_task(self._dispatch(batch), name=f"{self.name}-ilink-dispatch")
+            await asyncio.shield(self._handing_over)
+            self._handing_over = None
 
     async def _get_updates(self) -> UpdatesBatch | None:
         body = proto.getupdates_body(self._cursor, self._client_version)

@@ -323,7 +323,7 @@ class WechatMpAdapter:
 
     async def start(self, inbound: InboundHandler) -> None:
         """Start the callback server and the API session; returns once listening."""
-        if self._runner is not None:
+        if self._runner is not None or self._session is not None:
             raise ChannelError("wechat_mp: already started")
         self._inbound = inbound
         app = web.Application(client_max_size=MAX_XML_BYTES)
@@ -351,11 +351,20 @@ class WechatMpAdapter:
         )
         logger.info("wechat_mp: listening on %s (safe mode %s)", self.url, "on" if self._aes_key else "off")
 
-    async def stop(self) -> None:
-        """Stop the server (in-flight callbacks finish), wait for sends in progress, close the session."""
+    async def stop_receiving(self) -> None:
+        """Stop the callback server but keep sending; a gateway that shuts down calls this first.
+
+        Callbacks in flight still get their passive reply (the gateway is still answering). A
+        push that arrived later would be answered "success" and then dropped by a closing
+        gateway: refused instead, WeChat retries it, if need be against the next run.
+        """
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+
+    async def stop(self) -> None:
+        """Stop the server (in-flight callbacks finish), wait for sends in progress, close the session."""
+        await self.stop_receiving()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._sends_idle.wait(), timeout=_API_TIMEOUT.total)
         session, self._session, self._api = self._session, None, None

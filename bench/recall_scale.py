@@ -275,10 +275,6 @@ def build(db: Path, embedder: LocalE5Embedder, seed: int, pool_size: int) -> dic
         t0 = time.perf_counter()
         bulk_insert(store, pool, np.random.default_rng(seed), plan)
         print(f"bulk insert: {sum(n for _, n in plan)} rows in {time.perf_counter() - t0:.1f} s")
-        t0 = time.perf_counter()
-        rebuild_index(store)
-        info["fts_s"] = time.perf_counter() - t0
-        print(f"FTS rebuild: {info['fts_s']:.1f} s")
         store.write(lambda con: [Store.meta_set(con, f"bench_{k}", repr(v)) for k, v in info.items()])
     finally:
         store.close()
@@ -361,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
         build(db, embedder, args.seed, args.pool)
     store = Store(db, DIM)
     info = load_info(store)
+    # Always rebuilt (and timed) here, so the index matches the code being measured.
+    t0 = time.perf_counter()
+    rebuild_index(store)
+    info["fts_s"] = time.perf_counter() - t0
     recaller = Recaller(store, embedder)
     now = START + timedelta(days=SPAN_DAYS + 1)
     qs = questions(random.Random(args.seed + 100), args.queries)

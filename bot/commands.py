@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -51,6 +52,10 @@ class _Command:
     help: str
     admin: bool = False
 
+
+# What memory ids look like (memory.memories.new_id): an id that is not the person's own is
+# refused, never handed to the fuzzy search (which could then forget an unrelated memory).
+_MEMORY_ID = re.compile(r"^[a-z]+_[0-9a-f]{12}$")
 
 HELP_HEADER = "I remember what you tell me and recall it when it matters. Commands:"
 
@@ -151,6 +156,8 @@ class Commands:
         if " " not in arg and (await self.engine.get([arg], own)):
             res = await self.engine.forget([arg], own)
             return f"Forgot [{arg}]." if res.forgotten else f"[{arg}] is not one of your memories."
+        if _MEMORY_ID.match(arg):
+            return f"[{arg}] is not one of your memories."
         hits = [h for h in await self.engine.search(arg, own, limit=5, kinds=("fact", "chunk")) if h.score >= 0.5]
         if not hits:
             return f"I found nothing of yours about “{arg}”."

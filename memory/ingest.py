@@ -251,22 +251,26 @@ class IngestWorker:
             d.title = trim(answer.titles.get(str(d.n), "") or d.msg.text, TITLE_CHARS if d not in needs_title else 200)
         # 2. Facts from user messages only, minus one-off questions.
         new_facts = F.keep_statements(f for f in answer.facts if _from_user(f, drafts))
-        plan = None
-        decisions = None
-        if new_facts:
-            fvecs = await asyncio.to_thread(self.embedder.embed_passages, [f.text for f in new_facts])
-            plan = F.FactPlan(facts=new_facts, vectors=fvecs, sources=[[] for _ in new_facts])
-            plan.existing = await self.store.aread(
-                lambda c: F.find_existing(c, space_id, new_facts, fvecs, s.fact_candidate_threshold))
-            if plan.existing:
-                now = self._clock()
-                rec = await self.llm.complete_json(
-                    prompts.RECONCILE_SYSTEM,
-                    prompts.RECONCILE_USER.format(existing=F.render_existing(plan.existing, now), new=F.render_new(new_facts)),
-                    F.ReconcileAnswer, purpose="ingest",
-                )
-                decisions = rec.decisions
+        plan, decisions = await self._plan_facts(space_id, new_facts, [[] for _ in new_facts])
         await self.store.awrite(lambda c: self._write(c, qid, space_id, session_id, turn_id, created_at, drafts, raws, plan, decisions))
+
+    async def _plan_facts(self, space_id: str, new_facts: list[F.ExtractedFact], sources: list[list[str]]
+                          ) -> tuple[F.FactPlan | None, list[F.Decision] | None]:
+        """Embed new facts and find close existing ones; only then ask the LLM to reconcile."""
+        if not new_facts:
+            return None, None
+        fvecs = await asyncio.to_thread(self.embedder.embed_passages, [f.text for f in new_facts])
+        plan = F.FactPlan(facts=new_facts, vectors=fvecs, sources=sources)
+        plan.existing = await self.store.aread(
+            lambda c: F.find_existing(c, space_id, new_facts, fvecs, self.settings.fact_candidate_threshold))
+        if not plan.existing:
+            return plan, None  # no candidates: every fact is ADD, no LLM call
+        rec = await self.llm.complete_json(
+            prompts.RECONCILE_SYSTEM,
+            prompts.RECONCILE_USER.format(existing=F.render_existing(plan.existing, self._clock()),
+                                          new=F.render_new(new_facts)),
+            F.ReconcileAnswer, purpose="ingest")
+        return plan, rec.decisions
 
     def _near_duplicates(self, con: Conn, space_id: str, live: Sequence[_Draft]) -> None:
         for d in live:
@@ -349,21 +353,9 @@ class IngestWorker:
                     "\n".join(f"{i}. {redact(t)}" for i, t in enumerate(texts, start=1)),
                     F.FactsAnswer, purpose="ingest")
                 new_facts = F.keep_statements(answer.facts)
-                decisions = None
-                plan = None
-                if new_facts:
-                    fvecs = await asyncio.to_thread(self.embedder.embed_passages, [f.text for f in new_facts])
-                    plan = F.FactPlan(facts=new_facts, vectors=fvecs,
-                                      sources=[[ids[n - 1] for n in f.from_ if 1 <= n <= len(ids)] or list(ids) for f in new_facts])
-                    plan.existing = await self.store.aread(
-                        lambda c: F.find_existing(c, space_id, new_facts, fvecs, self.settings.fact_candidate_threshold))
-                    if plan.existing:
-                        rec = await self.llm.complete_json(
-                            prompts.RECONCILE_SYSTEM,
-                            prompts.RECONCILE_USER.format(existing=F.render_existing(plan.existing, self._clock()),
-                                                          new=F.render_new(new_facts)),
-                            F.ReconcileAnswer, purpose="ingest")
-                        decisions = rec.decisions
+                plan, decisions = await self._plan_facts(
+                    space_id, new_facts,
+                    [[ids[n - 1] for n in f.from_ if 1 <= n <= len(ids)] or list(ids) for f in new_facts])
             except LLMError as exc:
                 log.warning("fact extraction for stored-raw turn failed again: %s", exc)
                 continue

@@ -77,16 +77,20 @@ class RecallTiming:
     search_ms: float
 
 
+# Filled with constant IN lists (see fts.sql_strings): DuckDB pushes them into the scans. The
+# sources of facts and tasks are looked up for the candidates only, not for every row.
 _ROW_SQL = """
-SELECT m.id, m.kind, m.space_id, m.title, m.text, m.created_at, m.pinned, m.role, m.speaker, m.category,
-       m.embedding,
-       CASE m.kind
-         WHEN 'fact' THEN (SELECT list(chunk_id ORDER BY chunk_id) FROM fact_sources s WHERE s.fact_id = m.id)
-         WHEN 'task' THEN (SELECT list(c.id ORDER BY c.created_at) FROM memories c WHERE c.task_id = m.id AND c.kind = 'chunk')
-         ELSE [m.id]
-       END AS sources
-FROM memories m
-WHERE m.id IN (SELECT unnest($ids)) AND m.space_id IN (SELECT unnest($spaces)) AND m.status = 'active'
+WITH c AS (
+    SELECT id, kind, space_id, title, text, created_at, pinned, role, speaker, category FROM memories
+    WHERE id IN ({ids}) AND space_id IN ({spaces}) AND status = 'active'
+)
+SELECT c.id, c.kind, c.space_id, c.title, c.text, c.created_at, c.pinned, c.role, c.speaker, c.category,
+       CASE c.kind WHEN 'fact' THEN f.src WHEN 'task' THEN t.src ELSE [c.id] END AS sources
+FROM c
+LEFT JOIN (SELECT fact_id, list(chunk_id ORDER BY chunk_id) AS src FROM fact_sources
+           WHERE fact_id IN ({ids}) GROUP BY fact_id) f ON f.fact_id = c.id
+LEFT JOIN (SELECT task_id, list(id ORDER BY created_at) AS src FROM memories
+           WHERE task_id IN ({ids}) AND kind = 'chunk' GROUP BY task_id) t ON t.task_id = c.id
 """
 
 
@@ -134,8 +138,14 @@ class Recaller:
 
     # ------------------------------------------------------------------------------------------
     def _search(self, con: Conn, qvec, terms, spaces, n, limit, kinds, now) -> list[MemoryHit]:
+        # Imported here: this method is the only part of the module that uses them.
+        from memory.fts import sql_strings
+        from memory.vectors import cache_for, fetch_vectors
+
         s = self.settings
-        vec = vector_candidates(con, qvec, spaces, n, kinds) if qvec is not None else []
+        # Large spaces are scored in memory, the rest in SQL; both give the exact top n.
+        cache = cache_for(self.store)
+        vec, vectors = cache.search(con, qvec, spaces, n, kinds) if qvec is not None else ([], {})
         kw = keyword_candidates(con, terms, spaces, n, kinds)
         if s.fusion == "rrf":
             fused = ranking.rrf([[d for d, _ in vec], [d for d, _ in kw]], k=s.rrf_k)
@@ -143,10 +153,9 @@ class Recaller:
             fused = ranking.convex_fusion(vec, kw, s.keyword_weight)
         if not fused:
             return []
-        rows = con.execute(_ROW_SQL, {"ids": list(fused), "spaces": spaces}).fetchall()
+        rows = con.execute(_ROW_SQL.format(ids=sql_strings(list(fused)), spaces=sql_strings(spaces))).fetchall()
         by_id = {r[0]: r for r in rows}
         scores: dict[str, float] = {}
-        vectors: dict[str, np.ndarray] = {}
         for doc, base in fused.items():
             r = by_id.get(doc)
             if r is None:
@@ -154,15 +163,18 @@ class Recaller:
             score = base * (s.pinned_boost if r[6] else 1.0)
             score *= ranking.time_decay(ranking.age_days(r[5], now), s.half_life_days, s.decay_floor)
             scores[doc] = score
-            if r[10] is not None:
-                vectors[doc] = np.asarray(r[10], dtype=np.float32)
-        order = ranking.mmr(scores, vectors, limit, s.mmr_lambda) if s.mmr_lambda < 1 else \
-            sorted(scores, key=lambda d: -scores[d])[:limit]
+        if s.mmr_lambda < 1:
+            missing = [d for d in scores if d not in vectors]
+            vectors |= cache.vectors(missing)
+            vectors |= fetch_vectors(con, [d for d in missing if d not in vectors])
+            order = ranking.mmr(scores, vectors, limit, s.mmr_lambda)
+        else:
+            order = sorted(scores, key=lambda d: -scores[d])[:limit]
         kept = ranking.cut_and_normalise([(d, scores[d]) for d in order], s.cutoff)
         return [
             MemoryHit(id=d, kind=by_id[d][1], space_id=by_id[d][2], title=by_id[d][3], text=by_id[d][4],
                       score=round(sc, 4), created_at=by_id[d][5], pinned=by_id[d][6], role=by_id[d][7],
-                      speaker=by_id[d][8], category=by_id[d][9], source_ids=tuple(by_id[d][11] or ()))
+                      speaker=by_id[d][8], category=by_id[d][9], source_ids=tuple(by_id[d][10] or ()))
             for d, sc in kept
         ]
 

@@ -134,7 +134,7 @@ async def running(env, fake_llm, clock, embedder) -> AsyncIterator[Callable[...,
 # -- pairing --------------------------------------------------------------------------------
 
 
-async def test_pairing_owner_approves_in_chat_then_the_agent_answers(running, fake_llm):
+async def test_pairing_owner_approves_in_chat_then_the_agent_answers(running):
     async with running() as bot:
         first = await bot.ask(2, "hello, who are you?")
         code = PAIRING_CODE.search(first).group(1)
@@ -177,7 +177,7 @@ async def test_pairing_expired_code_and_fourth_pending_request_are_refused(runni
 # -- groups ---------------------------------------------------------------------------------
 
 
-async def test_group_answers_only_when_addressed(running, fake_llm):
+async def test_group_answers_only_when_addressed(running):
     async with running(MEMGATE_ACCESS_GROUPS=f"telegram:{GROUP}") as bot:
         quiet = bot.say_in_group(21, "just chatting among ourselves")
         mentioned = bot.say_in_group(21, bot.tg.mention("what is the plan?"))
@@ -282,7 +282,7 @@ async def test_rate_limit_delays_but_loses_nothing(running):
         bot.tg.rate_limit_next(1, retry_after=1)
         msgs = [bot.say(33, f"number {i}") for i in range(3)]
         answers = [await bot.answer(m) for m in msgs]
-        assert answers == [f"You said: number {i}" for i in range(3)]
+        assert [a.split("You said: ")[-1] for a in answers] == [f"number {i}" for i in range(3)]
         assert [r["text"] for r in bot.tg.rejected] == [bot.answers_to(msgs[0])[0]["text"]]
         texts = [s["visible_text"] for s in bot.tg.sent if s["chat_id"] == 33]
         assert texts == ["You said: warm up", *answers]  # each once, in order
@@ -293,27 +293,32 @@ async def test_rate_limit_delays_but_loses_nothing(running):
 
 async def test_two_telegram_users_never_see_each_others_memories(running):
     async with running(MEMGATE_ACCESS_DM_POLICY="open") as bot:
-        assert "Remembered" in await bot.ask(41, "/remember my secret project is called Bluebird")
+        secret = remembered_id(await bot.ask(41, "/remember my secret project is called Bluebird"))
         assert "Remembered" in await bot.ask(42, "/remember I collect old stamps")
         question = "tell me about the Bluebird project"
         search = "search my memory for the Bluebird project"
         bot.answers[search] = ToolCall("memory_search", {"query": "secret project Bluebird", "scope": "all"})
 
+        # 42's own words (the questions) become 42's memories: the secret is the fact and its id.
+        def leaks(text: str) -> bool:
+            return "called Bluebird" in text or secret in text
+
         await bot.ask(41, question)
-        assert "Bluebird" in bot.memory_block(question)  # the owner of the memory gets it
+        assert leaks(bot.memory_block(question))  # the owner of the memory gets it in the recall block
         await bot.ask(42, question)
-        blocks = [r["messages"][0]["content"] for r in bot.turn_requests(question)]
-        assert len(blocks) == 2 and "Bluebird" not in blocks[1].split(MEMORY_OPEN, 1)[-1].split(MEMORY_CLOSE)[0]
+        systems = [r["messages"][0]["content"] for r in bot.turn_requests(question)]
+        assert len(systems) == 2 and not leaks(systems[1])
 
         await bot.ask(41, search)
-        assert any("called Bluebird" in t for t in bot.tool_results(search))
+        assert any(leaks(t) for t in bot.tool_results(search))
         await bot.ask(42, search)
-        tool_texts = [m["content"] for m in bot.turn_requests(search)[-1]["messages"] if m["role"] == "tool"]
-        assert tool_texts and not any("called Bluebird" in t for t in tool_texts)
+        tool_texts = bot.tool_results(search)
+        assert tool_texts and not any(leaks(t) for t in tool_texts)
 
-        assert "Bluebird" not in await bot.ask(42, "/memory secret project")
+        assert not leaks(await bot.ask(42, "/memory secret project"))
+        assert not leaks(await bot.ask(42, "/memory"))
         assert "stamps" not in await bot.ask(41, "/memory stamps")
-        assert "Bluebird" in await bot.ask(41, "/memory secret project")
+        assert leaks(await bot.ask(41, "/memory secret project"))
 
 
 async def test_link_merges_two_telegram_accounts_and_the_console(running):
@@ -383,7 +388,7 @@ async def test_remember_forget_and_export_do_what_they_say(running):
         assert forgot == f"Forgot {len(listed)} memories."
         assert (await bot.ask(61, f"/forget {ids['my sister lives in Lyon']}")).startswith("Forgot [")
         # Someone else's memory cannot be forgotten by id.
-        assert not (await bot.ask(61, f"/forget {other}")).startswith("Forgot")
+        assert await bot.ask(61, f"/forget {other}") == f"[{other}] is not one of your memories."
 
         rows = await export_of(bot, 61)
         live = {t for t, i in ids.items() if i not in listed and t != "my sister lives in Lyon"}

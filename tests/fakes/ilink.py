@@ -27,6 +27,7 @@ BOT_PATH = "/ilink/bot/"
 QR_CODE_PATH = "/ilink/bot/get_bot_qrcode"
 QR_STATUS_PATH = "/ilink/bot/get_qrcode_status"
 BOT_ENDPOINTS = ("getupdates", "sendmessage", "getconfig", "sendtyping", "msg/notifystart", "msg/notifystop")
+SESSION_ENDPOINTS = ("sendmessage", "getconfig", "sendtyping")  # answered -14 once the token expired
 BASE_TIME_MS = 1_767_258_000_000  # 2026-01-01 09:00 UTC
 MESSAGE_ID_BASE = 7_300_000_000_000_000_000  # above 2**53: ids must survive as exact integers
 _DIGITS = re.compile(r"[0-9]+")
@@ -71,6 +72,7 @@ class FakeIlink:
     header_errors: list[str] = field(default_factory=list)
     protocol_errors: list[str] = field(default_factory=list)
     calls: Counter[str] = field(default_factory=Counter)
+    expired_calls: Counter[str] = field(default_factory=Counter)  # refused with -14 (dead login)
     deliveries: Counter[int] = field(default_factory=Counter)
     redeliveries: Counter[int] = field(default_factory=Counter)  # handed out again after their ack
     qr_polls: list[tuple[str, str | None, str]] = field(default_factory=list)  # (qrcode, verify_code, host)
@@ -286,6 +288,10 @@ class FakeIlink:
             if problems:
                 self.header_errors.extend(f"{endpoint}: {p}" for p in problems)
                 return web.json_response({"ret": -1, "errcode": -1, "errmsg": "; ".join(problems)}, status=401)
+            if endpoint in SESSION_ENDPOINTS and self._bearer(request) in self._expired_tokens:
+                # A dead login refuses every call, not only getupdates: a send cannot succeed either.
+                self.expired_calls[endpoint] += 1
+                return web.json_response({"ret": -14, "errcode": -14, "errmsg": "session timeout"})
             return await handler(request)
         finally:
             self._notify_progress()
