@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -49,11 +50,21 @@ class ConsoleAdapter:
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
+        lines: asyncio.Queue[str] = asyncio.Queue()
+
+        def reader() -> None:
+            # A daemon thread, not the loop's executor: a read blocked on the terminal must not
+            # hold up shutdown (asyncio.run waits for its executor's threads).
+            for line in iter(self._in.readline, ""):
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+            loop.call_soon_threadsafe(lines.put_nowait, "")
+
+        threading.Thread(target=reader, name="console-stdin", daemon=True).start()
         try:
             while True:
                 if self._tty:
                     self._write(f"{self.user}> ")
-                line = await loop.run_in_executor(None, self._in.readline)
+                line = await lines.get()
                 if not line:
                     break
                 text = line.rstrip("\n")

@@ -193,3 +193,22 @@ async def test_export_then_import_round_trip(tmp_path, fake_llm):
                                              stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     stdout, _ = await asyncio.wait_for(p.communicate(), 60)
     assert f"imported {len(rows)} memories" in stdout.decode()
+
+
+async def test_sigterm_shuts_down_cleanly_and_flushes_the_queue(tmp_path, fake_llm):
+    fake_llm.responder = brain.respond
+    env = env_for(tmp_path, fake_llm)
+    proc = await start_chat(env, user="gina")
+    proc.stdin.write("I keep my passport in the blue drawer.\n".encode())
+    await proc.stdin.drain()
+    await read_reply(proc)
+    proc.send_signal(signal.SIGTERM)
+    assert (await asyncio.wait_for(proc.wait(), 60)) == 0
+    store = Store(tmp_path / "data" / "memgate.duckdb", 384)
+    try:
+        queue = store.read(lambda c: c.execute("SELECT status FROM ingest_queue").fetchall())
+        facts = store.read(lambda c: c.execute("SELECT text FROM memories WHERE kind = 'fact'").fetchall())
+    finally:
+        store.close()
+    assert queue == [("done",)]
+    assert facts == [("I keep my passport in the blue drawer.",)]
