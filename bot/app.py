@@ -41,7 +41,29 @@ def make_embedder(settings: Settings) -> Embedder:
     return LocalE5Embedder()
 
 
-def make_llm(settings: Settings, store: Store, *, memory: bool = False) -> LiteLLM | None:
+class UsageRecorder:
+    """Buffers per-call LLM usage and writes it in batches, off the event loop (for /stats)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._rows: list[list] = []
+
+    def add(self, purpose: str, model_name: str, ok: bool, prompt: int, completion: int) -> None:
+        self._rows.append([utc_naive(datetime.now(UTC)), purpose, model_name, ok, prompt, completion])
+
+    def flush(self) -> int:
+        rows, self._rows = self._rows, []
+        if rows:
+            self.store.write(lambda con: con.executemany("INSERT INTO llm_usage VALUES (?, ?, ?, ?, ?, ?)", rows))
+        return len(rows)
+
+    async def aflush(self) -> int:
+        import asyncio
+
+        return await asyncio.to_thread(self.flush)
+
+
+def make_llm(settings: Settings, recorder: UsageRecorder | None, *, memory: bool = False) -> LiteLLM | None:
     """The reply LLM (or the memory LLM); None when no model is configured."""
     c = settings.llm
     if not settings.llm_configured or (memory and not c.memory_llm):
@@ -50,14 +72,9 @@ def make_llm(settings: Settings, store: Store, *, memory: bool = False) -> LiteL
     if c.api_base and "/" not in model:
         model = f"openai/{model}"  # an OpenAI-compatible server speaks the openai protocol
 
-    def sink(purpose: str, model_name: str, ok: bool, prompt: int, completion: int) -> None:
-        store.write(lambda con: con.execute(
-            "INSERT INTO llm_usage VALUES (?, ?, ?, ?, ?, ?)",
-            [utc_naive(datetime.now(UTC)), purpose, model_name, ok, prompt, completion]))
-
     return LiteLLM(LLMSettings(model=model, api_base=c.api_base or None, api_key=settings.secret("llm_api_key"),
                                timeout=c.timeout, retries=c.retries, temperature=c.temperature,
-                               max_tokens=c.max_tokens), sink=sink)
+                               max_tokens=c.max_tokens), sink=recorder.add if recorder else None)
 
 
 def open_store(settings: Settings, extra: Sequence = ()) -> Store:
@@ -89,6 +106,9 @@ class App:
         await self.engine.ensure_space(self.access.PUBLIC_SPACE, "public", "shared by everyone let in")
         await self.engine.worker.start()
         self._stack.push_async_callback(self._close_store)
+        usage = self.extras.get("usage")
+        if usage is not None:
+            self._stack.push_async_callback(usage.aflush)
         self._stack.push_async_callback(self.engine.worker.stop)
         scheduler = self.extras.get("scheduler")
         if scheduler is not None:
@@ -112,8 +132,9 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
     clock = clock or (lambda: datetime.now(UTC))
     store = store or open_store(settings)
     embedder = embedder or make_embedder(settings)
-    llm = make_llm(settings, store)
-    memory_llm = make_llm(settings, store, memory=True)
+    recorder = UsageRecorder(store)
+    llm = make_llm(settings, recorder)
+    memory_llm = make_llm(settings, recorder, memory=True)
     m = settings.memory
     recall = RecallSettings(inject_items=m.inject_items, inject_tokens=m.inject_tokens, search_default=m.search_default,
                             search_max=m.search_max, half_life_days=m.half_life_days, decay_floor=m.decay_floor,
@@ -144,6 +165,7 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
             ch._on_session_expired = gateway.notify_owner
     app = App(settings=settings, store=store, engine=engine, access=access, sessions=sessions, gateway=gateway,
               commands=commands, llm=llm, memory_llm=memory_llm, clock=clock, extras=extras)
+    extras["usage"] = recorder
     _wire_tasks_and_jobs(app, tools, embedder)
     return app
 
@@ -166,7 +188,11 @@ def _wire_tasks_and_jobs(app: App, tools: ToolBox, embedder: Embedder) -> None:
         await engine.worker.drain()
         await engine.worker.extract_pending_facts()
 
+    async def flush_usage() -> None:
+        await app.extras["usage"].aflush()
+
     jobs = [JobSpec("rebuild_fts", rebuild_fts, timedelta(minutes=s.fts_rebuild_minutes)),
+            JobSpec("flush_usage", flush_usage, timedelta(minutes=1)),
             JobSpec("retry_ingest", retry_ingest, timedelta(minutes=s.retry_ingest_minutes))]
     if app.memory_llm is not None:
         from bot.task_wiring import wire_tasks

@@ -124,7 +124,7 @@ def build_channels(settings: Settings) -> list:
     if c.wechat.enabled:
         from adapters.wechat_ilink import WechatIlinkAdapter
 
-        chans.append(WechatIlinkAdapter(settings.data_path, base_url=c.wechat.base_url))
+        chans.append(WechatIlinkAdapter(settings.data_path, base_url=c.wechat.base_url or None))
     if c.wechat_mp.enabled:
         from adapters.wechat_mp import WechatMpAdapter
 
@@ -259,14 +259,9 @@ def cmd_doctor(settings: Settings, args) -> int:
         report(False, "no LLM configured", NO_LLM_TEXT.replace("\n", "\n       "))
     else:
         from bot.app import make_llm
-        from memory.store import Store
 
         async def ping() -> str:
-            class _NoStore:
-                def write(self, fn):
-                    return None
-
-            llm = make_llm(settings, _NoStore())  # type: ignore[arg-type]
+            llm = make_llm(settings, None)
             out = await llm.complete([{"role": "user", "content": "Reply with the word OK."}], purpose="doctor", max_tokens=1)
             return out.content
 
@@ -275,7 +270,6 @@ def cmd_doctor(settings: Settings, args) -> int:
             report(True, f"LLM {settings.llm.model or settings.llm.api_base} answers")
         except Exception as exc:
             report(False, f"LLM call failed: {str(exc)[:200]}", "check MEMGATE_LLM_MODEL / MEMGATE_LLM_API_BASE / MEMGATE_LLM_API_KEY")
-        del Store
     print("all good" if not problems else f"{problems} problem(s)")
     return 1 if problems else 0
 
@@ -314,7 +308,9 @@ def cmd_wechat(settings: Settings, args) -> int:
     from adapters.ilink_login import login
 
     setup_logging(settings, to_file=False)
-    creds = asyncio.run(login(settings.channels.wechat.base_url, settings.data_path))
+    from adapters.ilink_protocol import DEFAULT_BASE_URL
+
+    creds = asyncio.run(login(settings.channels.wechat.base_url or DEFAULT_BASE_URL, settings.data_path))
     print(f"logged in as bot {creds.ilink_bot_id}; credentials saved in {settings.data_path}")
     return 0
 

@@ -225,6 +225,9 @@ class Commands:
 
     async def _stats(self, ctx: CommandContext) -> str:
         store = self.engine.store
+        usage = self.extra.get("usage")
+        if usage is not None:
+            await usage.aflush()  # LLM calls are recorded in batches
         today = self.clock().replace(hour=0, minute=0, second=0, microsecond=0)
         if today.tzinfo is not None:
             today = today.replace(tzinfo=None)

@@ -86,7 +86,7 @@ class TelegramConfig(_Section):
 
 class WechatConfig(_Section):
     enabled: bool = False
-    base_url: str = "https://ilinkai.weixin.qq.com"
+    base_url: str = ""                  # empty = the official host, or the one the login returned
 
 
 class WechatMpConfig(_Section):

@@ -77,6 +77,14 @@ class Gateway:
 
     async def stop(self, timeout: float = 60.0) -> None:
         """Stop receiving, answer what is already queued (bounded by `timeout`), stop channels."""
+        # First stop taking messages in, so nothing is acknowledged to a platform and then dropped.
+        for ch in self.channels.values():
+            stop_receiving = getattr(ch, "stop_receiving", None)
+            if stop_receiving is not None:
+                try:
+                    await stop_receiving()
+                except Exception:
+                    log.exception("channel %s did not stop receiving cleanly", ch.name)
         self._closing = True
         if self._workers:
             done, pending = await asyncio.wait(list(self._workers.values()), timeout=timeout)

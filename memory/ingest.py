@@ -128,11 +128,14 @@ class IngestWorker:
 
     async def _run(self) -> None:
         while not self._stopping:
+            # Clear before draining: a notify() that arrives during the drain must wake us again.
+            self._wake.clear()
             try:
                 await self.drain()
             except Exception:
                 log.exception("ingest loop error; retrying later")
-            self._wake.clear()
+            if self._stopping:
+                break
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.settings.poll_seconds)
             except TimeoutError:

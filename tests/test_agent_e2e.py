@@ -148,3 +148,13 @@ async def test_non_text_gets_an_honest_answer(bot):
     await ch.say("fay", "", kind=Kind.VOICE)
     await ch.wait_for(1)
     assert "Voice messages are not supported" in ch.texts()[0]
+
+
+async def test_admin_stats_counts_todays_llm_use(bot, fake_llm):
+    app, ch = bot
+    await ch.say("root", "hello, I like chess")  # the console user is the owner when none is configured
+    await ch.wait_for(1)
+    await ch.say("root", "/stats")
+    await ch.wait_for(2)
+    stats = ch.texts()[-1]
+    assert "LLM today: " in stats and "LLM today: 0 calls" not in stats

@@ -91,8 +91,11 @@ class Bot:
 
 @pytest.fixture
 def env(tmp_path, fake_llm) -> Callable[..., dict[str, str]]:
+    empty = tmp_path / "memgate.toml"  # never a developer's own config file
+    empty.write_text("")
+
     def make(**extra: str) -> dict[str, str]:
-        base = {"MEMGATE_DATA_DIR": str(tmp_path / "data"), "MEMGATE_LLM_API_BASE": fake_llm.base_url,
+        base = {"MEMGATE_CONFIG": str(empty), "MEMGATE_DATA_DIR": str(tmp_path / "data"), "MEMGATE_LLM_API_BASE": fake_llm.base_url,
                 "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0", "MEMGATE_LLM_API_KEY": "sk-test",
                 "MEMGATE_ACCESS_OWNERS": f"telegram:{OWNER}"}
         base.update(extra)
@@ -101,7 +104,7 @@ def env(tmp_path, fake_llm) -> Callable[..., dict[str, str]]:
 
 
 @pytest.fixture
-async def running(env, fake_llm, clock, embedder) -> AsyncIterator[Callable[..., Any]]:
+def running(env, fake_llm, clock, embedder) -> Callable[..., Any]:
     """`async with running(**env) as bot:` a whole memgate on the fake Telegram."""
 
     @asynccontextmanager
@@ -128,7 +131,7 @@ async def running(env, fake_llm, clock, embedder) -> AsyncIterator[Callable[...,
                 await app.gateway.idle()
                 await app.engine.worker.drain()
 
-    yield run
+    return run
 
 
 # -- pairing --------------------------------------------------------------------------------
