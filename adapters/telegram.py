@@ -138,6 +138,12 @@ class TelegramAdapter:
             raise ChannelError(f"{self.name}: polling could not start: {self._safe(exc)}") from exc
         log.info("%s: polling as @%s", self.name, self._bot_username)
 
+    async def stop_receiving(self) -> None:
+        """Stop long polling (updates not fetched stay on Telegram's side); sending still works."""
+        app = self._app
+        if app is not None and app.updater is not None and app.updater.running:
+            await app.updater.stop()
+
     async def stop(self) -> None:
         """Stop polling, let in-flight sends finish (bounded), then close the HTTP clients."""
         app, self._app = self._app, None
