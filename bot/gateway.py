@@ -202,13 +202,19 @@ class Gateway:
             log.error("delivery on %s failed: %s", channel_name, exc)
 
     async def notify_owner(self, text: str) -> None:
-        """Tell the owner something (e.g. WeChat needs a new login) on any channel that reaches them."""
-        for ident in await self.access.users():
-            if ident.role.value == "owner" and ident.channel in self.channels:
-                try:
-                    await self.channels[ident.channel].send(Reply(channel=ident.channel, chat_id=ident.external_id,
-                                                                  text=text, recipient_id=ident.external_id))
-                    return
-                except ChannelError:
-                    continue
+        """Tell the owner something (e.g. WeChat needs a new login) on any channel that reaches them.
+
+        Owners who wrote to the bot are tried first, then owners named in the config (a DM chat
+        id equals the user id on Telegram and WeChat)."""
+        known = [(i.channel, i.external_id) for i in await self.access.users() if i.role.value == "owner"]
+        configured = [tuple(k.split(":", 1)) for k in self.access.config.owners if ":" in k]
+        for channel, external_id in dict.fromkeys(known + configured):
+            if channel not in self.channels:
+                continue
+            try:
+                await self.channels[channel].send(Reply(channel=channel, chat_id=external_id, text=text,
+                                                        recipient_id=external_id))
+                return
+            except ChannelError:
+                continue
         log.error("could not reach the owner: %s", text)
