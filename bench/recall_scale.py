@@ -5,13 +5,15 @@ Builds (or, with --reuse, reopens) a DuckDB file with:
   one it answers as context, like the gateway does): this gives the raw-ingest turns/s figure;
 - `scale:10k`, `scale:100k` and four "other" spaces of 5k rows each (so the space filter has
   rows to skip), plus a small `scale:public` space every query also searches. Their vectors
-  are not embedded one by one: a pool of distinct clauses is embedded once, a message is 1-4
+  are not embedded one by one: a pool of distinct clauses is embedded once, a message is 1-5
   clauses, and its vector is the normalised sum of its clauses' vectors plus a little noise
   (sentence embeddings add up roughly like that, and no two rows share a vector);
-then rebuilds the FTS index (timed) and runs the same ~200 generated questions (English and
-Chinese) against each size through `Recaller.search(..., limit=10)`. Reports p50/p95 recall ms
-with the query embedding excluded (`recaller.last_timing.search_ms`), p50 query embedding ms,
-and the same again with 500 rows written since the last FTS rebuild (scored directly).
+then rebuilds the keyword index (timed, on every run) and runs the same 200 generated
+questions (English and Chinese) against each size through `Recaller.search(..., limit=10)`,
+three passes. Reports p50/p95 recall ms with the query embedding excluded
+(`recaller.last_timing.search_ms`), the p95 of each question's best pass (the machine is
+shared), p50 query embedding ms, the first search of a space (it loads the vector cache), and
+the same again with 500 rows written since the last rebuild (scored directly).
 
     python bench/recall_scale.py                # build /tmp/recall_scale.duckdb, then measure
     python bench/recall_scale.py --reuse        # reuse the built file (iterate on recall code)
@@ -21,8 +23,8 @@ and the same again with 500 rows written since the last FTS rebuild (scored dire
 from __future__ import annotations
 
 import argparse
+import os
 import random
-import statistics
 import sys
 import time
 from datetime import datetime, timedelta
@@ -161,13 +163,9 @@ def clause(rng: random.Random, zh: bool) -> str:
 
 def join_clauses(parts: list[str], zh: bool) -> str:
     if zh:
-        return "，".join(parts) + rng_end(parts)
+        return "，".join(parts) + ("" if parts[-1].endswith(("！", "？", "。")) else "。")
     text = ". ".join(p[:1].upper() + p[1:] for p in parts)
     return text if text.endswith(("!", "?", ".")) else text + "."
-
-
-def rng_end(parts: list[str]) -> str:
-    return "" if parts[-1].endswith(("！", "？", "。")) else "。"
 
 
 def message_text(rng: random.Random) -> str:
@@ -294,13 +292,24 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(len(s) * p))]
 
 
-def run_queries(recaller: Recaller, qs: list[str], space: str, now: datetime) -> list[float]:
-    recaller.search(qs[0], [space, "scale:public"], limit=10, now=now)  # warm caches once
-    out = []
-    for q in qs:
-        recaller.search(q, [space, "scale:public"], limit=10, now=now)
-        out.append(recaller.last_timing.search_ms)
-    return out
+def run_queries(recaller: Recaller, qs: list[str], space: str, now: datetime, rounds: int) -> tuple[list[list[float]], float]:
+    """Per question, its search latencies over `rounds` passes (query embedding excluded), and
+    the very first search's (it loads the caches)."""
+    recaller.search(qs[0], [space, "scale:public"], limit=10, now=now)
+    first = recaller.last_timing.search_ms
+    out: list[list[float]] = [[] for _ in qs]
+    for _ in range(rounds):
+        for k, q in enumerate(qs):
+            recaller.search(q, [space, "scale:public"], limit=10, now=now)
+            out[k].append(recaller.last_timing.search_ms)
+    return out, first
+
+
+def summarise(lat: list[list[float]], prefix: str = "") -> dict[str, float]:
+    """p50/p95 over every search, and p95 over each question's best pass (this machine is
+    shared: other processes' load inflates single passes)."""
+    flat = [x for per in lat for x in per]
+    return {f"{prefix}p50": pct(flat, 0.5), f"{prefix}p95": pct(flat, 0.95), f"{prefix}best_p95": pct([min(p) for p in lat], 0.95)}
 
 
 def write_fresh(store: Store, embedder: LocalE5Embedder, space: str, n: int, seed: int) -> list[str]:
@@ -312,19 +321,27 @@ def write_fresh(store: Store, embedder: LocalE5Embedder, space: str, n: int, see
     return store.write(lambda con: insert_memories(con, raw_rows(msgs), vecs))
 
 
-def ingest_study(embedder: LocalE5Embedder, seed: int) -> None:
-    """Where raw-ingest time goes: embedding with and without context, batch sizes, insert alone."""
+def ingest_study(embedder: LocalE5Embedder, seed: int, n: int = 1000) -> None:
+    """Raw ingest through store_raw on a scratch store, and where its time goes: embedding with
+    and without the answered message as context, batch sizes, and the insert alone."""
     rng = random.Random(seed + 1)
-    msgs = conversation(rng, "study", 600, START)
+    msgs = conversation(rng, "study", n, START)
+    with Store(":memory:", DIM) as store:
+        t0 = time.perf_counter()
+        for lo in range(0, len(msgs), 64):
+            store_raw(store, embedder, msgs[lo:lo + 64])
+        print(f"  store_raw, batches of 64 turns: {len(msgs) / (time.perf_counter() - t0):.0f} turns/s ({len(msgs)} turns)")
     with_ctx = [embed_text(m.text, m.speaker, m.context, m.context_speaker) for m in msgs]
     alone = [embed_text(m.text, m.speaker, None, None) for m in msgs]
+    model = embedder._model  # noqa: SLF001 (the raw engine: no wrapper in the way)
+    toks = {label: sum(model.token_count(t) for t in texts) / len(texts) for label, texts in (("with context", with_ctx), ("message only", alone))}
     for label, texts in (("with context", with_ctx), ("message only", alone)):
-        for bs in (16, 32, 128):
+        for bs in (16, 64, 256):
             t0 = time.perf_counter()
             for lo in range(0, len(texts), bs):
-                embedder._model.passage(texts[lo:lo + bs])  # noqa: SLF001 (the raw engine, no wrapper cost)
+                model.passage(texts[lo:lo + bs])
             dt = time.perf_counter() - t0
-            print(f"  embed {label:<13} batch {bs:>3}: {len(texts) / dt:6.0f} texts/s")
+            print(f"  embed {label:<13} ({toks[label]:.0f} tokens avg) batch {bs:>3}: {len(texts) / dt:6.0f} texts/s")
     with Store(":memory:", DIM) as store:
         vecs = np.random.default_rng(0).normal(size=(len(msgs), DIM)).astype(np.float32)
         t0 = time.perf_counter()
@@ -343,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pool", type=int, default=4000, help="distinct clauses embedded for the big spaces")
     ap.add_argument("--fresh", type=int, default=500, help="rows written after the FTS rebuild")
     ap.add_argument("--sizes", default="1k,10k,100k")
-    ap.add_argument("--ingest-study", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3, help="passes over the questions per size")
+    ap.add_argument("--ingest-study", action="store_true", help="measure store_raw on a scratch store and split its time")
     args = ap.parse_args(argv)
 
     db = Path(args.db)
@@ -371,15 +389,16 @@ def main(argv: list[str] | None = None) -> int:
         embed_ms.append((time.perf_counter() - t0) * 1000)
     sizes = [s for s in args.sizes.split(",") if s in SIZES]
     results: dict[str, dict[str, float]] = {}
+    load = [os.getloadavg()[0]]
     for size in sizes:
-        lat = run_queries(recaller, qs, f"scale:{size}", now)
-        results[size] = {"p50": pct(lat, 0.5), "p95": pct(lat, 0.95)}
+        lat, first = run_queries(recaller, qs, f"scale:{size}", now, args.rounds)
+        results[size] = summarise(lat) | {"first": first}
     fresh_ids: list[str] = []
     try:
         for size in sizes:
             fresh_ids += write_fresh(store, embedder, f"scale:{size}", args.fresh, args.seed + len(fresh_ids))
-            lat = run_queries(recaller, qs, f"scale:{size}", now)
-            results[size] |= {"fresh_p50": pct(lat, 0.5), "fresh_p95": pct(lat, 0.95)}
+            lat, _ = run_queries(recaller, qs, f"scale:{size}", now, args.rounds)
+            results[size] |= summarise(lat, "fresh_")
             # Drop them again so the cached file stays as built (the FTS watermark never moved).
             store.write(lambda con: con.execute("DELETE FROM memories WHERE id IN (SELECT unnest(?))", [fresh_ids]))
             fresh_ids = []
@@ -388,17 +407,22 @@ def main(argv: list[str] | None = None) -> int:
             store.write(lambda con: con.execute("DELETE FROM memories WHERE id IN (SELECT unnest(?))", [fresh_ids]))
         store.close()
 
+    load.append(os.getloadavg()[0])
     with Store(db, DIM) as s2:
         store_rows = dict(s2.read(lambda c: c.execute("SELECT space_id, count(*) FROM memories GROUP BY 1").fetchall()))
     total = sum(store_rows.values())
     print(f"\nrecall at scale ({total} rows in {len(store_rows)} spaces; each query searches its space + "
           f"scale:public ({store_rows.get('scale:public', 0)} rows); {len(qs)} questions, limit 10)")
-    print(f"{'size':<6}{'rows':>8}{'p50 ms':>9}{'p95 ms':>9}{'+' + str(args.fresh) + ' fresh p50':>17}{'p95':>7}"
-          f"{'embed p50 ms':>14}{'FTS rebuild s':>15}")
+    print(f"ms, query embedding excluded; {args.rounds} passes; 'best' = p95 of each question's fastest pass; "
+          f"load average {load[0]:.1f} -> {load[1]:.1f} on {os.cpu_count()} cores")
+    print(f"{'size':<6}{'rows':>8}{'p50':>7}{'p95':>7}{'best p95':>9} |{'+' + str(args.fresh) + ' fresh: p50':>16}{'p95':>7}"
+          f"{'best p95':>9} |{'embed p50':>10}{'first':>8}{'FTS rebuild s':>14}")
     for size in sizes:
         r = results[size]
-        print(f"{size:<6}{store_rows.get(f'scale:{size}', 0):>8}{r['p50']:>9.1f}{r['p95']:>9.1f}{r['fresh_p50']:>17.1f}"
-              f"{r['fresh_p95']:>7.1f}{pct(embed_ms, 0.5):>14.1f}{info.get('fts_s', float('nan')):>15.1f}")
+        print(f"{size:<6}{store_rows.get(f'scale:{size}', 0):>8}{r['p50']:>7.1f}{r['p95']:>7.1f}{r['best_p95']:>9.1f} |"
+              f"{r['fresh_p50']:>16.1f}{r['fresh_p95']:>7.1f}{r['fresh_best_p95']:>9.1f} |"
+              f"{pct(embed_ms, 0.5):>10.1f}{r['first']:>8.0f}{info.get('fts_s', float('nan')):>14.1f}")
+    print("first = the first search of a space in this process (loads its vectors into memory)")
     if "ingest_s" in info:
         print(f"raw ingest (store_raw, real embeddings, message + the one it answers): "
               f"{info['ingest_rows'] / info['ingest_s']:.0f} turns/s over {info['ingest_rows']} turns")

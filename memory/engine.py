@@ -261,6 +261,9 @@ class MemoryEngine:
             if progress:
                 progress(len(rows))
         self.store.write(lambda c: Store.meta_set(c, "embedding_model", embedder.name))
+        from memory.vectors import cache_for
+
+        cache_for(self.store).clear()  # cached vectors belong to the old model
         self.embedder = embedder
         self.recaller.embedder = embedder
         self.worker.embedder = embedder

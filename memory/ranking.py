@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
@@ -98,3 +99,19 @@ def word_overlap(a: str, b: str) -> float:
     if not wa or not wb:
         return 0.0
     return len(wa & wb) / min(len(wa), len(wb))
+
+
+def speaker_boost(scores: Mapping[str, float], speakers: Mapping[str, str | None], query: str,
+                  boost: float = 0.15) -> dict[str, float]:
+    """Multiply by (1 + boost) the memories said by someone the query names.
+
+    "What did Caroline say about the adoption agency?" is about Caroline's own words; in a group
+    chat (or a LoCoMo dialogue) that is the strongest cue the query gives. Names are matched as
+    whole words, case-insensitively.
+    """
+    words = set(re.findall(r"[^\W_]+", query.lower()))
+    out = dict(scores)
+    for doc, who in speakers.items():
+        if who and doc in out and who.lower() in words:
+            out[doc] *= 1.0 + boost
+    return out

@@ -3,22 +3,23 @@
 Embeddings are unit vectors, so cosine is the inner product. Two paths return the same rows:
 
 - `vector_candidates(con, ...)`: exact, in SQL, on any connection (also inside a write
-  transaction). DuckDB scans every row of the allowed spaces: ~1 ms for a thousand rows,
-  ~50 ms for 100k (it does not use BLAS). The space filter is in the SQL (DuckDB's HNSW index
-  filters after its top-k and returns too few rows for a small space, so per-space search does
-  not depend on it).
-- `VectorCache.candidates(con, ...)`: for spaces of `min_rows` or more, the space's vectors
-  live in a numpy matrix in this process (a matrix-vector product over 100k x 384 is ~4 ms).
-  The matrix only proposes: its best rows are checked against the table in SQL on the caller's
-  connection (the row exists, is active, is in an allowed space, is of an allowed kind), and
-  the slice widens until `n` rows pass, so the answer is the exact path's. Smaller spaces go
-  through the SQL path.
+  transaction). DuckDB reads the vectors of every row group holding a row of the allowed spaces
+  and decompresses them (floats are stored ALP-compressed): in a 130k-row table ~2 ms for a
+  1k-row space, ~28 ms for 10k, ~100 ms for 100k. The space filter is in the SQL (DuckDB's
+  HNSW index filters after its top-k and returns too few rows for a small space, so per-space
+  search does not depend on it).
+- `VectorCache`: the vectors of the spaces recall searches live in numpy matrices in this
+  process (a matrix-vector product over 100k x 384 is ~4 ms). Memory only proposes: the best
+  rows are checked against the table in SQL on the caller's connection (the row exists, is
+  active, is in an allowed space, is of an allowed kind) and the slice widens until `n` rows
+  pass, so the answer is the SQL path's. Recall checks the proposal with the query that
+  fetches its rows anyway (`propose` / `settle`), so the check costs no extra round trip.
 
 Keeping the matrices current: every search first reads the rows whose `seq` is above the
 highest one the cache has seen (`seq` grows on every insert and text change, so DuckDB's zone
-maps skip the old row groups). A row that the check finds inactive is dropped from its matrix;
-rows never return to 'active' without a new `seq` (memory_forget, supersede and archive are
-one-way), and a new `seq` re-adds them. A change of embedding model or dimension (reembed)
+maps skip the old row groups). A row that a check finds inactive or gone is dropped from its
+matrix; rows never return to 'active' without a new `seq` (memory_forget, supersede and archive
+are one-way), and a new `seq` re-adds them. A change of embedding model or dimension (reembed)
 empties the cache.
 """
 
@@ -37,7 +38,10 @@ from memory.store import Conn, Store, vector_literal
 
 log = logging.getLogger(__name__)
 
-CACHE_MIN_ROWS = 5_000        # smaller spaces: the SQL scan is as fast, and holds no memory
+# Every space recall searches is held (a 1k-row space costs 1.5 MB): from a few thousand rows
+# up, the SQL scan is the slowest part of recall, and memory lets recall check the proposal in
+# the row fetch it does anyway. Above CACHE_MAX_BYTES the least recently searched spaces go.
+CACHE_MIN_ROWS = 0
 CACHE_MAX_BYTES = 1 << 30     # ~700k vectors of 384 floats across all cached spaces
 
 
@@ -53,7 +57,7 @@ def vector_candidates(con: Conn, qvec: np.ndarray, space_ids: Sequence[str], n: 
     rows = con.execute(
         f"""SELECT id, array_inner_product(embedding, $q::VARCHAR::FLOAT[{len(qvec)}]) AS sim FROM memories
             WHERE space_id IN (SELECT unnest($spaces)) AND status = 'active' AND embedding IS NOT NULL {kind_filter}
-            ORDER BY sim DESC LIMIT $n""",
+            ORDER BY sim DESC, id LIMIT $n""",
         params,
     ).fetchall()
     return [(r[0], float(r[1])) for r in rows]
@@ -68,7 +72,7 @@ def fetch_vectors(con: Conn, ids: Sequence[str]) -> dict[str, np.ndarray]:
     if not ids:
         return {}
     got = con.execute(
-        "SELECT id, embedding FROM memories WHERE id IN (SELECT unnest(?)) AND embedding IS NOT NULL", [list(ids)]
+        f"SELECT id, embedding FROM memories WHERE id IN ({_in_list(ids)}) AND embedding IS NOT NULL"
     ).fetchnumpy()
     return {i: np.asarray(v, dtype=np.float32) for i, v in zip(got["id"], got["embedding"])}
 
@@ -138,6 +142,17 @@ class _Space:
                 self.alive[p] = False
 
 
+@dataclass(frozen=True)
+class Proposal:
+    """The best rows before the table has checked them (see `VectorCache.propose`)."""
+
+    ranked: list[tuple[str, float]]     # (id, cosine), best first
+    unchecked: frozenset[str]           # rows from memory: the caller checks them in SQL
+    floor: float                        # the lowest cosine proposed from memory
+    complete: bool                      # memory held no other candidate row
+    vectors: dict[str, np.ndarray]
+
+
 class VectorCache:
     """In-process vector matrices of one store's large spaces (see the module docstring).
 
@@ -150,6 +165,9 @@ class VectorCache:
         self._store = store
         self.min_rows = min_rows
         self.max_bytes = max_bytes
+        # Rows proposed beyond n: room for rows retired behind the cache's back (the checked
+        # search drops those it finds, so they rarely come back).
+        self.margin = 10
         self._lock = threading.Lock()
         self._spaces: OrderedDict[str, _Space] = OrderedDict()  # LRU order
         self._sizes: dict[str, int] = {}    # live rows with a vector per space (an estimate)
@@ -181,10 +199,49 @@ class VectorCache:
             found, vecs = self._search_cached(con, qvec, cached, n, kinds)
         if small:
             found += vector_candidates(con, qvec, small, n, kinds)
-            found.sort(key=lambda x: -x[1])
+            found.sort(key=lambda x: (-x[1], x[0]))
             found = found[:n]
         keep = {i for i, _ in found}
         return found, {i: v for i, v in vecs.items() if i in keep}
+
+    def propose(self, con: Conn, qvec: np.ndarray, space_ids: Sequence[str], n: int,
+                kinds: Sequence[str] | None = None) -> Proposal:
+        """The best `n` rows plus a margin, rows from memory unchecked. Recall checks them with
+        the same query that fetches its rows (one lookup instead of two), then calls `settle`."""
+        space_ids = list(dict.fromkeys(space_ids))
+        if not space_ids or n <= 0:
+            return Proposal([], frozenset(), -np.inf, True, {})
+        qvec = np.asarray(qvec, dtype=np.float32)
+        cached = self._prepare(space_ids, len(qvec))
+        small = [s for s in space_ids if s not in cached]
+        ranked: list[tuple[str, float]] = []
+        vecs: dict[str, np.ndarray] = {}
+        floor, complete = -np.inf, True
+        if cached:
+            parts, total = self._score(qvec, cached, kinds)
+            m = min(total, n + self.margin)
+            top = self._top(parts, m)
+            ranked = [(i, sim) for i, sim, _, _ in top]
+            vecs = {i: mat[p] for i, _, mat, p in top}
+            complete = m >= total
+            floor = top[-1][1] if top else -np.inf
+        unchecked = frozenset(i for i, _ in ranked)
+        if small:
+            ranked += vector_candidates(con, qvec, small, n, kinds)
+            ranked.sort(key=lambda x: (-x[1], x[0]))
+        return Proposal(ranked, unchecked, floor, complete, vecs)
+
+    def settle(self, con: Conn, proposal: Proposal, live: set[str], qvec: np.ndarray, space_ids: Sequence[str],
+               n: int, kinds: Sequence[str] | None = None) -> tuple[list[tuple[str, float]], dict[str, np.ndarray]]:
+        """The exact top `n`, given which unchecked rows the table found live (active, in an
+        allowed space, of an allowed kind). When too few were, runs the checked search."""
+        kept = [(i, s) for i, s in proposal.ranked if i not in proposal.unchecked or i in live]
+        # Rows not proposed from memory score at most `floor`: n live rows at or above it are
+        # the answer.
+        if proposal.complete or sum(1 for _, s in kept if s >= proposal.floor) >= n:
+            kept = kept[:n]
+            return kept, {i: proposal.vectors[i] for i, _ in kept if i in proposal.vectors}
+        return self.search(con, qvec, space_ids, n, kinds)
 
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """Vectors of `ids` held in memory (rows of uncached spaces are simply absent)."""
@@ -230,10 +287,11 @@ class VectorCache:
             self._reset()
         self._model, self._dim = model, dim
         if self._synced < 0:
-            rows = con.execute(
-                "SELECT space_id, count(*) FROM memories WHERE status = 'active' AND embedding IS NOT NULL GROUP BY 1"
-            ).fetchall()
-            self._sizes = {s: int(c) for s, c in rows}
+            if self.min_rows > 0:
+                # Rows per space decide which spaces to hold. No `embedding IS NOT NULL` here:
+                # it makes DuckDB decompress every vector (~90 ms at 130k rows, against ~1 ms).
+                rows = con.execute("SELECT space_id, count(*) FROM memories WHERE status = 'active' GROUP BY 1").fetchall()
+                self._sizes = {s: int(c) for s, c in rows}
             self._synced = int(con.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0])
         else:
             self._apply_new_rows(con)
@@ -295,8 +353,8 @@ class VectorCache:
         return code
 
     # --- scoring --------------------------------------------------------------------------
-    def _search_cached(self, con: Conn, qvec: np.ndarray, spaces: dict[str, _Space], n: int,
-                       kinds: Sequence[str] | None) -> tuple[list[tuple[str, float]], dict[str, np.ndarray]]:
+    def _score(self, qvec: np.ndarray, spaces: dict[str, _Space], kinds: Sequence[str] | None) -> tuple[list, int]:
+        """Cosine of every live row of the cached spaces (-inf for rows not wanted)."""
         parts = []
         for s, sp in spaces.items():
             size = sp.size
@@ -307,8 +365,12 @@ class VectorCache:
             sims = mat @ qvec
             sims[~ok] = -np.inf
             parts.append((s, sp, ids, mat, sims, int(ok.sum())))
-        total = sum(p[5] for p in parts)
-        m = min(total, n * 2 + 20)
+        return parts, sum(p[5] for p in parts)
+
+    def _search_cached(self, con: Conn, qvec: np.ndarray, spaces: dict[str, _Space], n: int,
+                       kinds: Sequence[str] | None) -> tuple[list[tuple[str, float]], dict[str, np.ndarray]]:
+        parts, total = self._score(qvec, spaces, kinds)
+        m = min(total, n + self.margin)
         allowed = list(spaces)
         while True:
             top = self._top(parts, m)
@@ -333,21 +395,26 @@ class VectorCache:
                 continue
             idx = np.argpartition(-sims, k - 1)[:k] if k < len(sims) else np.arange(len(sims))
             cands.extend((ids[j], float(sims[j]), mat, int(j)) for j in idx if sims[j] != -np.inf)
-        cands.sort(key=lambda c: -c[1])
+        cands.sort(key=lambda c: (-c[1], c[0]))
         return cands[:m]
 
     @staticmethod
     def _check(con: Conn, ids: list[str], spaces: list[str], kinds: Sequence[str] | None) -> tuple[set[str], list[str]]:
         """The table has the last word: ids that are live in an allowed space, and ids found
-        inactive (to drop from memory). Ids the caller's snapshot does not have are neither."""
+        inactive or gone (to drop from memory)."""
         if not ids:
             return set(), []
+        # No `embedding IS NOT NULL` here: it would read the compressed vectors (~2 ms more), and
+        # vectors only become NULL when reembed changes the dimension, which empties the cache.
         rows = con.execute(
-            f"SELECT id, space_id, kind, status, embedding IS NOT NULL FROM memories WHERE id IN ({_in_list(ids)})"
+            f"SELECT id, space_id, kind, status FROM memories WHERE id IN ({_in_list(ids)})"
         ).fetchall()
         allowed, kinds_ok = set(spaces), set(kinds) if kinds else None
-        live = {i for i, s, k, st, has in rows if st == "active" and has and s in allowed and (kinds_ok is None or k in kinds_ok)}
-        dead = [i for i, _, _, st, _ in rows if st != "active"]
+        live = {i for i, s, k, st in rows if st == "active" and s in allowed and (kinds_ok is None or k in kinds_ok)}
+        # A row the table does not have was deleted: recall reads on autocommit cursors, whose
+        # every query sees all commits, so none is merely newer than the caller's snapshot.
+        status = {i: st for i, _, _, st in rows}
+        dead = [i for i in ids if status.get(i) != "active"]
         return live, dead
 
 
