@@ -38,6 +38,7 @@ class RecallSettings:
     keyword_weight: float = 0.5     # convex: share of the keyword score
     rrf_k: int = 60
     pinned_boost: float = 1.5
+    speaker_boost: float = 0.15     # memories said by someone the query names
     mmr_lambda: float = 0.7
     half_life_days: float = 14.0
     # MemOS uses a 0.3 floor; with it a months-old exact answer loses to yesterday's small talk
@@ -120,7 +121,7 @@ class Recaller:
         t1 = time.perf_counter()
         n = max(limit * s.candidate_factor, s.min_candidates)
         terms = query_terms(query)
-        hits = self.store.read(lambda con: self._search(con, qvec, terms, list(space_ids), n, limit, kinds,
+        hits = self.store.read(lambda con: self._search(con, qvec, terms, query, list(space_ids), n, limit, kinds,
                                                         utc_naive(now or self._clock())))
         self.last_timing = RecallTiming((t1 - t0) * 1000, (time.perf_counter() - t1) * 1000)
         return hits
@@ -135,7 +136,7 @@ class Recaller:
             return []
 
     # ------------------------------------------------------------------------------------------
-    def _search(self, con: Conn, qvec, terms, spaces, n, limit, kinds, now) -> list[MemoryHit]:
+    def _search(self, con: Conn, qvec, terms, query_text, spaces, n, limit, kinds, now) -> list[MemoryHit]:
         # Imported here: this method is the only part of the module that uses them.
         from memory.fts import sql_strings
         from memory.vectors import cache_for, fetch_vectors
@@ -166,6 +167,8 @@ class Recaller:
             fused = ranking.convex_fusion(vec, kw, s.keyword_weight)
         if not fused:
             return []
+        if s.speaker_boost:
+            fused = ranking.speaker_boost(fused, {d: by_id[d][8] for d in fused if d in by_id}, query_text, s.speaker_boost)
         scores: dict[str, float] = {}
         for doc, base in fused.items():
             r = by_id.get(doc)
