@@ -54,7 +54,6 @@ class MemoryConfig(_Section):
     dedup_threshold: float = 0.93
     fact_candidate_threshold: float = 0.86
     max_ingest_attempts: int = 3
-    fts_rebuild_rows: int = 500         # rebuild the keyword index when this many rows are fresh
 
 
 class AgentConfig(_Section):
