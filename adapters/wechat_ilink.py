@@ -80,7 +80,7 @@ class WechatIlinkAdapter:
         self._base_override = base_url.rstrip("/") if base_url else None
         self._app_id = app_id
         self._client_version = client_version
-        self._on_session_expired = on_session_expired
+        self.on_session_expired = on_session_expired
         self._poll_timeout_ms = poll_timeout_ms
         self._request_timeout = request_timeout
         self._backoff_base = backoff_base
@@ -272,9 +272,9 @@ class WechatIlinkAdapter:
             f"to reconnect, {LOGIN_HINT}. The bot resumes by itself once the new login is saved."
         )
         log.error("wechat: %s", text)
-        if self._on_session_expired is not None:
+        if self.on_session_expired is not None:
             try:
-                await self._on_session_expired(text)
+                await self.on_session_expired(text)
             except Exception:
                 log.exception("wechat: the session-expired hook failed")
 

@@ -158,6 +158,3 @@ class Agent:
                 tool_msgs.append(TurnMessage("tool", output, tool_name=tc.name))
         raise AssertionError("unreachable")
 
-
-def history_messages(rows: Sequence[dict]) -> tuple[dict, ...]:
-    return tuple({"role": r["role"], "content": r["content"]} for r in rows)

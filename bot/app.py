@@ -161,8 +161,8 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
     for ch in channels:
         gateway.add_channel(ch)
         # A channel that can lose its login (WeChat iLink) tells the owner on another channel.
-        if getattr(ch, "_on_session_expired", False) is None:
-            ch._on_session_expired = gateway.notify_owner
+        if getattr(ch, "on_session_expired", False) is None:
+            ch.on_session_expired = gateway.notify_owner
     app = App(settings=settings, store=store, engine=engine, access=access, sessions=sessions, gateway=gateway,
               commands=commands, llm=llm, memory_llm=memory_llm, clock=clock, extras=extras)
     extras["usage"] = recorder

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.scheduler import JobSpec
 from bot.task_views import format_skill, format_skills, format_task, format_tasks
-from bot.tools import ToolBox, ToolContext, _fn
+from bot.tools import ToolBox, ToolContext, function_schema
 from memory.embed import Embedder
 from memory.skills import SkillEvolver
 from memory.tasks import TaskProcessor
@@ -18,13 +18,13 @@ if TYPE_CHECKING:
     from bot.commands import CommandContext
 
 TASK_TOOL_SCHEMAS = {
-    "task_summary": _fn("task_summary", "Read the summary of a past task (ids of kind 'task' appear in memory results).",
+    "task_summary": function_schema("task_summary", "Read the summary of a past task (ids of kind 'task' appear in memory results).",
                         {"id": {"type": "string"}}, ["id"]),
-    "skill_search": _fn("skill_search", "Find a reusable how-to skill distilled from earlier tasks.",
+    "skill_search": function_schema("skill_search", "Find a reusable how-to skill distilled from earlier tasks.",
                         {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 10}}, ["query"]),
-    "skill_get": _fn("skill_get", "Read a skill's SKILL.md (steps, pitfalls, key commands) by name or id.",
+    "skill_get": function_schema("skill_get", "Read a skill's SKILL.md (steps, pitfalls, key commands) by name or id.",
                      {"name": {"type": "string"}}, ["name"]),
-    "skill_publish": _fn("skill_publish", "Share one of the user's skills with everyone (public space), when they ask.",
+    "skill_publish": function_schema("skill_publish", "Share one of the user's skills with everyone (public space), when they ask.",
                          {"name": {"type": "string"}}, ["name"]),
 }
 

@@ -26,27 +26,27 @@ class ToolContext:
     public_space: str = "public"
 
 
-def _fn(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+def function_schema(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "function", "function": {"name": name, "description": description, "parameters": {
         "type": "object", "properties": properties, "required": required, "additionalProperties": False}}}
 
 
 MEMORY_TOOL_SCHEMAS: tuple[dict[str, Any], ...] = (
-    _fn("memory_search", "Search the long-term memory of this conversation's people (facts, past messages, task "
+    function_schema("memory_search", "Search the long-term memory of this conversation's people (facts, past messages, task "
         "summaries). Use short keywords; try again with other words if nothing useful comes back.",
         {"query": {"type": "string"},
          "scope": {"type": "string", "enum": ["all", "mine", "public"], "description": "default all"},
          "limit": {"type": "integer", "minimum": 1, "maximum": 20, "description": "default 10"}}, ["query"]),
-    _fn("memory_get", "Read one memory in full by its id (ids appear in brackets in the memory context).",
+    function_schema("memory_get", "Read one memory in full by its id (ids appear in brackets in the memory context).",
         {"id": {"type": "string"}}, ["id"]),
-    _fn("memory_timeline", "Show the messages around a memory in its original conversation.",
+    function_schema("memory_timeline", "Show the messages around a memory in its original conversation.",
         {"id": {"type": "string"}, "window": {"type": "integer", "minimum": 1, "maximum": 10, "description": "default 3"}}, ["id"]),
-    _fn("memory_store", "Remember a fact about the user for the long term (only when the user asks you to remember "
+    function_schema("memory_store", "Remember a fact about the user for the long term (only when the user asks you to remember "
         "something, or states an important lasting fact).",
         {"text": {"type": "string"}, "pinned": {"type": "boolean", "description": "pinned facts are never changed automatically"}},
         ["text"]),
-    _fn("memory_forget", "Forget a memory by id, when the user asks you to.", {"id": {"type": "string"}}, ["id"]),
-    _fn("memory_write_public", "Write a memory to the public space shared by everyone here (only when the user "
+    function_schema("memory_forget", "Forget a memory by id, when the user asks you to.", {"id": {"type": "string"}}, ["id"]),
+    function_schema("memory_write_public", "Write a memory to the public space shared by everyone here (only when the user "
         "explicitly asks to share it).", {"text": {"type": "string"}}, ["text"]),
 )
 
