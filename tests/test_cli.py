@@ -46,33 +46,44 @@ async def read_reply(proc, timeout=60.0) -> str:
 
 
 async def test_killed_right_after_a_reply_the_turn_is_ingested_once_on_restart(tmp_path, fake_llm):
-    fake_llm.responder = brain.respond
-    # The memory LLM is off for this run, so the ingest is raw and deterministic.
-    env = env_for(tmp_path, fake_llm, MEMGATE_LLM_MEMORY_LLM="false")
+    from memory import prompts
+    from tests.fakes.llm_server import Delay
+
+    # First run: the memory LLM is slow, so the turn is certainly still queued when we kill.
+    fake_llm.responder = lambda req: (Delay(30, brain.respond(req))
+                                      if req["messages"][0]["content"].startswith(prompts.TURN_SYSTEM[:40])
+                                      else brain.respond(req))
+    env = env_for(tmp_path, fake_llm)
     proc = await start_chat(env)
-    # A slow worker start is not enough to save us: kill as soon as the reply is out.
     proc.stdin.write("My grandmother's name is Rosalind and she lives in Porto.\n".encode())
     await proc.stdin.drain()
     reply = await read_reply(proc)
     assert "Rosalind" in reply
     proc.send_signal(signal.SIGKILL)
     await proc.wait()
+    store = Store(tmp_path / "data" / "memgate.duckdb", 384)
+    try:
+        assert store.read(lambda c: c.execute("SELECT status FROM ingest_queue").fetchall()) == [("pending",)]
+        assert store.read(lambda c: c.execute("SELECT count(*) FROM memories").fetchone()[0]) == 0
+    finally:
+        store.close()
 
+    fake_llm.responder = brain.respond
     proc = await start_chat(env)
     proc.stdin.write(b"/memory Rosalind\n")
     await proc.stdin.drain()
-    found = await read_reply(proc)
+    await read_reply(proc)
     proc.stdin.close()
     assert (await asyncio.wait_for(proc.wait(), 60)) == 0
-    assert "Rosalind" in found
     store = Store(tmp_path / "data" / "memgate.duckdb", 384)
     try:
         rows = store.read(lambda c: c.execute(
             "SELECT count(*) FROM memories WHERE kind = 'chunk' AND text LIKE '%Rosalind%' AND role = 'user'").fetchone()[0])
+        facts = store.read(lambda c: c.execute("SELECT count(*) FROM memories WHERE kind = 'fact'").fetchone()[0])
         queue = store.read(lambda c: c.execute("SELECT status, count(*) FROM ingest_queue GROUP BY status").fetchall())
     finally:
         store.close()
-    assert rows == 1
+    assert rows == 1 and facts == 1
     assert queue == [("done", 1)]  # /memory is a command: answered, not captured
 
 
