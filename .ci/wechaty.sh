@@ -42,6 +42,6 @@ if [[ ! -x "$VENV/bin/python" ]] || [[ "$(cat "$stamp" 2>/dev/null)" != "$requir
     printf '%s' "$requirements" >"$stamp"
 fi
 
-# --confcutdir: only tests/wechaty/conftest.py, not a conftest above it that may import the
+# --confcutdir: only tests/adapters/wechat/wechaty_channel/conftest.py, not a conftest above it that may import the
 # main dependencies this venv lacks.
-exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider --confcutdir=tests/wechaty tests/wechaty "$@"
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider --confcutdir=tests/adapters/wechat/wechaty_channel tests/adapters/wechat/wechaty_channel "$@"

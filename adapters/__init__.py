@@ -1,1 +1,4 @@
-"""One module per channel; each turns its platform protocol into bot.Message and back."""
+"""Channels: each turns its platform's protocol into bot.Message and bot.Reply and back.
+
+May import bot's port (bot.channel, bot.message, bot.errors) and libraries; never memory/.
+"""

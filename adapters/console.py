@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import TextIO
 
-from adapters.base import InboundHandler
+from bot.channel import InboundHandler
 from bot.message import Message, Reply
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"

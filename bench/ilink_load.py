@@ -31,7 +31,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from aiohttp import web  # noqa: E402
 
-from adapters.wechat_ilink import WechatIlinkAdapter  # noqa: E402
+from adapters.wechat.ilink.adapter import WechatIlinkAdapter  # noqa: E402
 from bot.app import build_app  # noqa: E402
 from bot.config import load_settings  # noqa: E402
 from memory.embed import LocalE5Embedder  # noqa: E402

@@ -24,10 +24,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memory.embed import LocalE5Embedder  # noqa: E402
-from memory.fts import rebuild_index  # noqa: E402
-from memory.raw import RawMessage, store_raw  # noqa: E402
-from memory.recall import Recaller, RecallSettings, render_block  # noqa: E402
-from memory.store import Store  # noqa: E402
+from memory.store.keywords import rebuild_index  # noqa: E402
+from memory.ingest.raw import RawMessage, store_raw  # noqa: E402
+from memory.recall.search import Recaller, RecallSettings, render_block  # noqa: E402
+from memory.store.connection import Store  # noqa: E402
 from memory.text import estimate_tokens  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}

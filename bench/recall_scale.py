@@ -1,7 +1,7 @@
 """Recall latency at scale: spaces of 1k, 10k and 100k memories of generated chat text.
 
 Builds (or, with --reuse, reopens) a DuckDB file with:
-- `scale:1k` ingested through `memory.raw.store_raw` (real embeddings, each message with the
+- `scale:1k` ingested through `memory.ingest.raw.store_raw` (real embeddings, each message with the
   one it answers as context, like the gateway does): this gives the raw-ingest turns/s figure;
 - `scale:10k`, `scale:100k` and four "other" spaces of 5k rows each (so the space filter has
   rows to skip), plus a small `scale:public` space every query also searches. Their vectors
@@ -35,11 +35,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memory.embed import LocalE5Embedder  # noqa: E402
-from memory.fts import rebuild_index  # noqa: E402
-from memory.memories import insert_memories  # noqa: E402
-from memory.raw import RawMessage, embed_text, raw_rows, store_raw  # noqa: E402
-from memory.recall import Recaller  # noqa: E402
-from memory.store import Store  # noqa: E402
+from memory.store.keywords import rebuild_index  # noqa: E402
+from memory.store.rows import insert_memories  # noqa: E402
+from memory.ingest.raw import RawMessage, embed_text, raw_rows, store_raw  # noqa: E402
+from memory.recall.search import Recaller  # noqa: E402
+from memory.store.connection import Store  # noqa: E402
 
 DIM = 384
 SIZES = {"1k": 1_000, "10k": 10_000, "100k": 100_000}

@@ -31,11 +31,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from memory.embed import LocalE5Embedder  # noqa: E402
 from memory.llm import LiteLLM, LLMSettings  # noqa: E402
-from memory.memories import NewMemory, insert_memories, new_id  # noqa: E402
-from memory.skill_files import kebab_name, parse_skill_md  # noqa: E402
-from memory.skills import SkillEvolver  # noqa: E402
-from memory.store import Store  # noqa: E402
-from memory.tasks import TaskProcessor  # noqa: E402
+from memory.store.rows import NewMemory, insert_memories, new_id  # noqa: E402
+from memory.tasks.skill_files import kebab_name, parse_skill_md  # noqa: E402
+from memory.tasks.skills import SkillEvolver  # noqa: E402
+from memory.store.connection import Store  # noqa: E402
+from memory.tasks.processor import TaskProcessor  # noqa: E402
 from memory.text import STOPWORDS, tokenize, trim  # noqa: E402
 from tests.fakes.clock import FakeClock  # noqa: E402
 from tests.fakes.llm_server import FakeLLM  # noqa: E402

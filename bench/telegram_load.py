@@ -35,11 +35,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from aiohttp import web  # noqa: E402
 
-from adapters.telegram import TelegramAdapter  # noqa: E402
+from adapters.telegram.adapter import TelegramAdapter  # noqa: E402
 from bot.agent import TurnResult  # noqa: E402
 from bot.app import build_app  # noqa: E402
 from bot.config import load_settings  # noqa: E402
-from memory.capture import pending_count  # noqa: E402
+from memory.ingest.capture import pending_count  # noqa: E402
 from tests.fakes import brain  # noqa: E402
 from tests.fakes.llm_server import FakeLLM  # noqa: E402
 from tests.fakes.telegram_api import FakeTelegram  # noqa: E402

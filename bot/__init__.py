@@ -1,4 +1,7 @@
-"""memgate's gateway layer: access, queues, commands, the agent loop and the scheduler."""
+"""memgate's gateway: the channel port, access, queues, commands, the agent loop, tools, scheduler.
+
+May import memory/ (through memory.engine and its public types); only bot.app and bot.cli import adapters/.
+"""
 
 from bot.message import Document, Kind, Message, Reply
 

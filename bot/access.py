@@ -25,8 +25,8 @@ from enum import StrEnum
 from bot.config import AccessConfig
 from bot.errors import MemgateError
 from bot.message import Message
-from memory.memories import ensure_space, new_id, utc_naive
-from memory.store import Conn, Migration, Store
+from memory.store.rows import ensure_space, new_id, utc_naive
+from memory.store.connection import Conn, Migration, Store
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from datetime import datetime
 
 from bot.tools import ToolBox, ToolContext
 from memory import prompts
-from memory.capture import CapturedTurn, TurnMessage
+from memory.ingest.capture import CapturedTurn, TurnMessage
 from memory.engine import MemoryEngine
 from memory.errors import LLMError
 from memory.llm import LLM

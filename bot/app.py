@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from adapters.base import Channel
+from bot.channel import Channel
 from bot.access import ACCESS_MIGRATIONS, Access
 from bot.agent import Agent, AgentSettings
 from bot.commands import Commands
@@ -25,11 +25,11 @@ from bot.sessions import SESSION_MIGRATIONS, Sessions
 from bot.tools import ToolBox
 from memory.embed import Embedder, LiteLLMEmbedder, LocalE5Embedder
 from memory.engine import MemoryEngine
-from memory.ingest import IngestSettings
+from memory.ingest.worker import IngestSettings
 from memory.llm import LiteLLM, LLMSettings, set_offline_env
-from memory.memories import utc_naive
-from memory.recall import RecallSettings
-from memory.store import Store
+from memory.store.rows import utc_naive
+from memory.recall.search import RecallSettings
+from memory.store.connection import Store
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
 def _wire_tasks_and_jobs(app: App, tools: ToolBox, embedder: Embedder) -> None:
     """Tasks, skills and the scheduler jobs (DESIGN section 6)."""
     from bot.scheduler import JobSpec, Scheduler
-    from memory.fts import fresh_count
+    from memory.store.keywords import fresh_count
 
     s = app.settings.scheduler
     engine = app.engine

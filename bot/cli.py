@@ -115,18 +115,18 @@ def build_channels(settings: Settings) -> list:
     chans = []
     c = settings.channels
     if c.telegram.enabled:
-        from adapters.telegram import TelegramAdapter
+        from adapters.telegram.adapter import TelegramAdapter
 
         token = settings.secret("telegram_token")
         if not token:
             raise ConfigError("channels.telegram is enabled but TELEGRAM_BOT_TOKEN is not set")
         chans.append(TelegramAdapter(token, base_url=c.telegram.base_url or None, poll_timeout=c.telegram.poll_timeout))
     if c.wechat.enabled:
-        from adapters.wechat_ilink import WechatIlinkAdapter
+        from adapters.wechat.ilink.adapter import WechatIlinkAdapter
 
         chans.append(WechatIlinkAdapter(settings.data_path, base_url=c.wechat.base_url or None))
     if c.wechat_mp.enabled:
-        from adapters.wechat_mp import WechatMpAdapter
+        from adapters.wechat.mp.adapter import WechatMpAdapter
 
         mp = c.wechat_mp
         if not settings.secret("wechat_mp_token") or not mp.app_id:
@@ -227,7 +227,7 @@ def cmd_doctor(settings: Settings, args) -> int:
         print(f"[{'ok' if ok else 'FAIL'}] {what}" + ("" if ok else f"\n       fix: {fix}"))
         problems += 0 if ok else 1
 
-    from memory.store import connect
+    from memory.store.connection import connect
 
     try:
         con = connect(":memory:")
@@ -305,10 +305,10 @@ def cmd_jobs(settings: Settings, args) -> int:
 
 
 def cmd_wechat(settings: Settings, args) -> int:
-    from adapters.ilink_login import login
+    from adapters.wechat.ilink.login import login
 
     setup_logging(settings, to_file=False)
-    from adapters.ilink_protocol import DEFAULT_BASE_URL
+    from adapters.wechat.ilink.protocol import DEFAULT_BASE_URL
 
     creds = asyncio.run(login(settings.channels.wechat.base_url or DEFAULT_BASE_URL, settings.data_path))
     print(f"logged in as bot {creds.ilink_bot_id}; credentials saved in {settings.data_path}")

@@ -19,9 +19,9 @@ from bot.access import Access, Allowed, Role
 from bot.errors import MemgateError
 from bot.message import Document, Message, Reply
 from bot.tools import ToolContext
-from memory.capture import pending_count
+from memory.ingest.capture import pending_count
 from memory.engine import MemoryEngine
-from memory.recall import humanize_age
+from memory.recall.search import humanize_age
 from memory.text import trim
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class _Command:
     admin: bool = False
 
 
-# What memory ids look like (memory.memories.new_id): an id that is not the person's own is
+# What memory ids look like (memory.store.rows.new_id): an id that is not the person's own is
 # refused, never handed to the fuzzy search (which could then forget an unrelated memory).
 _MEMORY_ID = re.compile(r"^[a-z]+_[0-9a-f]{12}$")
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from adapters.base import Channel
+from bot.channel import Channel
 from bot.access import Access, Allowed, Refused
 from bot.agent import Agent, TurnRequest, TurnResult
 from bot.commands import CommandContext, Commands

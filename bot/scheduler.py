@@ -24,8 +24,8 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.errors import ConfigError, StoreError
-from memory.memories import utc_naive
-from memory.store import Conn, Migration, Store
+from memory.store.rows import utc_naive
+from memory.store.connection import Conn, Migration, Store
 from memory.text import trim
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from memory.memories import utc_naive
-from memory.skills import SkillVersionView, SkillView
-from memory.tasks import TaskView
+from memory.store.rows import utc_naive
+from memory.tasks.skills import SkillVersionView, SkillView
+from memory.tasks.processor import TaskView
 from memory.text import trim
 
 _STATUS_MARK = {"open": "…", "completed": "✓", "skipped": "–"}

@@ -10,8 +10,8 @@ from bot.scheduler import JobSpec
 from bot.task_views import format_skill, format_skills, format_task, format_tasks
 from bot.tools import ToolBox, ToolContext, function_schema
 from memory.embed import Embedder
-from memory.skills import SkillEvolver
-from memory.tasks import TaskProcessor
+from memory.tasks.skills import SkillEvolver
+from memory.tasks.processor import TaskProcessor
 
 if TYPE_CHECKING:
     from bot.app import App

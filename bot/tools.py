@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from memory.engine import MemoryEngine
-from memory.memories import MemoryRecord
-from memory.recall import MemoryHit
+from memory.store.rows import MemoryRecord
+from memory.recall.search import MemoryHit
 from memory.text import trim
 
 log = logging.getLogger(__name__)

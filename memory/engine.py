@@ -15,16 +15,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memory.capture import CapturedTurn, capture
+from memory.ingest.capture import CapturedTurn, capture
 from memory.embed import Embedder
-from memory.fts import fresh_count, rebuild_index
-from memory.ingest import IngestSettings, IngestWorker
+from memory.store.keywords import fresh_count, rebuild_index
+from memory.ingest.worker import IngestSettings, IngestWorker
 from memory.llm import LLM
-from memory.memories import (
+from memory.store.rows import (
     RECORD_COLUMNS, MemoryRecord, NewMemory, bump_seq, ensure_space, get_records, insert_memories, to_record, utc_naive,
 )
-from memory.recall import MemoryHit, Recaller, RecallSettings, render_block
-from memory.store import Conn, Store, vectors_literal
+from memory.recall.search import MemoryHit, Recaller, RecallSettings, render_block
+from memory.store.connection import Conn, Store, vectors_literal
 from memory.text import content_hash, normalize, set_jieba_cache_dir, trim
 
 log = logging.getLogger(__name__)
@@ -261,7 +261,7 @@ class MemoryEngine:
             if progress:
                 progress(len(rows))
         self.store.write(lambda c: Store.meta_set(c, "embedding_model", embedder.name))
-        from memory.vectors import cache_for
+        from memory.store.vectors import cache_for
 
         cache_for(self.store).clear()  # cached vectors belong to the old model
         self.embedder = embedder

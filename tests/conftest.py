@@ -12,7 +12,7 @@ import pytest
 
 from memory.embed import LocalE5Embedder
 from memory.llm import LiteLLM, LLMSettings
-from memory.store import Store
+from memory.store.connection import Store
 from tests.fakes.clock import FakeClock
 from tests.fakes.llm_server import FakeLLM
 

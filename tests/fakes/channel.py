@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
-from adapters.base import InboundHandler
+from bot.channel import InboundHandler
 from bot.message import Kind, Message, Reply
 
 

@@ -20,8 +20,8 @@ from aiohttp import web
 
 from defusedxml.ElementTree import fromstring
 
-from adapters.wechat_mp_crypto import Envelope, aes_key_from_encoding, open_envelope, seal, sha1_signature
-from adapters.wechat_mp_xml import cdata
+from adapters.wechat.mp.crypto import Envelope, aes_key_from_encoding, open_envelope, seal, sha1_signature
+from adapters.wechat.mp.xml_codec import cdata
 
 __all__ = ["CallbackResult", "FakeMpApi", "PassiveReply", "SentMessage", "WechatClient", "make_aes_key"]
 

@@ -1,0 +1,502 @@
+"""The Telegram channel: long polling with python-telegram-bot, replies split, formatted, rate limited.
+
+Updates become `bot.message.Message` (every kind, media included: the gateway decides what to
+answer); a `Reply` is split on its markdown source at Telegram's 4096 limit, each part is sent
+as HTML and, when Telegram cannot parse it, again as plain text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from telegram import InputFile, ReplyParameters, Update
+from telegram import Message as TgMessage
+from telegram.constants import ChatAction, ChatType, MessageEntityType, ParseMode
+from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
+from telegram.ext import AIORateLimiter, Application, ApplicationBuilder, ContextTypes, TypeHandler
+
+from bot.channel import InboundHandler
+from adapters.split import split_message
+from adapters.telegram.format import markdown_to_plain, markdown_to_telegram_html
+from bot.errors import ChannelError
+from bot.message import Kind, Message, Reply
+
+__all__ = ["TELEGRAM_CAPTION_LIMIT", "TELEGRAM_TEXT_LIMIT", "TelegramAdapter", "message_from_update", "utf16_len"]
+
+log = logging.getLogger(__name__)
+
+TELEGRAM_TEXT_LIMIT = 4096
+TELEGRAM_CAPTION_LIMIT = 1024
+ALLOWED_UPDATES = (Update.MESSAGE, Update.EDITED_MESSAGE)
+# Loggers whose records can quote the token (request URLs, "Set Bot API URL", InvalidToken).
+# A logger's filter only sees records created on that very logger, hence the full list.
+_TOKEN_LOGGERS = (
+    "httpx",
+    "httpcore.http11",
+    "httpcore.connection",
+    "telegram",
+    "telegram.Bot",
+    "telegram.ext",
+    "telegram.ext.ExtBot",
+    "telegram.ext.Application",
+    "telegram.ext.Updater",
+    "telegram.ext.AIORateLimiter",
+    "telegram.request.BaseRequest",
+    "telegram.request.HTTPXRequest",
+)
+_T = TypeVar("_T")
+
+
+def utf16_len(s: str) -> int:
+    """Length in UTF-16 code units: the unit of Telegram's message limits."""
+    return len(s.encode("utf-16-le")) // 2
+
+
+class TelegramAdapter:
+    """A `Channel` over the Telegram Bot API (long polling, python-telegram-bot 22)."""
+
+    def __init__(
+        self,
+        token: str,
+        *,
+        base_url: str | None = None,
+        base_file_url: str | None = None,
+        bot_username: str | None = None,
+        poll_timeout: float = 10.0,
+        name: str = "telegram",
+        typing_interval: float = 4.0,
+        network_retries: int = 2,
+        retry_delay: float = 1.0,
+        request_timeout: float = 20.0,
+    ) -> None:
+        if not token:
+            raise ChannelError("telegram: a bot token is required")
+        self.name = name
+        self._token = token
+        self._base_url = base_url
+        self._base_file_url = base_file_url
+        self._bot_username = (bot_username or "").lstrip("@") or None
+        self._bot_id: int | None = None
+        self._poll_timeout = poll_timeout
+        self._typing_interval = typing_interval
+        self._network_retries = network_retries
+        self._retry_delay = retry_delay
+        self._request_timeout = request_timeout
+        self._app: Application | None = None
+        self._inbound: InboundHandler | None = None
+        self._typing_tasks: set[asyncio.Task[None]] = set()
+        self._sending: set[asyncio.Task[Any]] = set()
+        self._redact = _RedactToken(token)
+
+    @property
+    def bot_username(self) -> str | None:
+        """The bot's @username without the @ (known after start)."""
+        return self._bot_username
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self, inbound: InboundHandler) -> None:
+        """Log in (getMe), then long-poll in the background; returns once polling runs."""
+        if self._app is not None:
+            raise ChannelError(f"{self.name}: already started")
+        # httpx logs every request URL at INFO, and the URL holds the token.
+        self._redact.install()
+        app = self._build_app()
+        try:
+            await app.initialize()
+        except TelegramError as exc:
+            # The HTTP clients are open even when getMe failed.
+            await app.bot.shutdown()
+            self._redact.remove()
+            if isinstance(exc, InvalidToken):
+                # PTB's message quotes the token: keep it out of the chain.
+                raise ChannelError(f"{self.name}: the bot token was refused") from None
+            raise ChannelError(f"{self.name}: cannot reach the Bot API: {self._safe(exc)}") from exc
+        self._app = app
+        self._inbound = inbound
+        self._bot_id = app.bot.id
+        self._bot_username = self._bot_username or app.bot.username
+        app.add_handler(TypeHandler(Update, self._on_update))
+        app.add_error_handler(self._on_error)
+        try:
+            assert app.updater is not None
+            await app.updater.start_polling(
+                timeout=timedelta(seconds=self._poll_timeout),
+                drop_pending_updates=False,
+                allowed_updates=list(ALLOWED_UPDATES),
+                error_callback=self._on_poll_error,
+            )
+            await app.start()
+        except TelegramError as exc:
+            await self.stop()
+            raise ChannelError(f"{self.name}: polling could not start: {self._safe(exc)}") from exc
+        log.info("%s: polling as @%s", self.name, self._bot_username)
+
+    async def stop_receiving(self) -> None:
+        """Stop long polling (updates not fetched stay on Telegram's side); sending still works."""
+        app = self._app
+        if app is not None and app.updater is not None and app.updater.running:
+            await app.updater.stop()
+
+    async def stop(self) -> None:
+        """Stop polling, let in-flight sends finish (bounded), then close the HTTP clients."""
+        app, self._app = self._app, None
+        if app is None:
+            return
+        try:
+            if app.updater is not None and app.updater.running:
+                await app.updater.stop()
+            if app.running:
+                await app.stop()
+            pending = {t for t in self._sending if t is not asyncio.current_task()}
+            if pending:
+                await asyncio.wait(pending, timeout=self._request_timeout)
+            for task in list(self._typing_tasks):
+                task.cancel()
+            if self._typing_tasks:
+                await asyncio.wait(set(self._typing_tasks))
+            await app.shutdown()
+        finally:
+            log.info("%s: stopped", self.name)
+            self._redact.remove()
+
+    def _build_app(self) -> Application:
+        builder = (
+            ApplicationBuilder()
+            .token(self._token)
+            .rate_limiter(AIORateLimiter(max_retries=3))
+            .job_queue(None)
+            .connect_timeout(self._request_timeout)
+            .read_timeout(self._request_timeout)
+            .write_timeout(self._request_timeout)
+            .pool_timeout(self._request_timeout)
+            .get_updates_connect_timeout(self._request_timeout)
+            .get_updates_read_timeout(self._request_timeout)
+            .get_updates_pool_timeout(self._request_timeout)
+        )
+        if self._base_url:
+            builder = builder.base_url(self._base_url)
+        if self._base_file_url:
+            builder = builder.base_file_url(self._base_file_url)
+        return builder.build()
+
+    # -- inbound ------------------------------------------------------------------------------
+
+    async def _on_update(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if not isinstance(update, Update) or self._inbound is None:
+            return
+        message = message_from_update(
+            update, channel=self.name, bot_id=self._bot_id, bot_username=self._bot_username
+        )
+        if message is None:
+            return
+        log.debug("%s: inbound %s in %s", self.name, message.kind, message.conversation_key)
+        await self._inbound(message)
+
+    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        # The inbound handler failed; polling goes on (one bad update must not stop the bot).
+        log.error("%s: handling an update failed", self.name, exc_info=context.error)
+
+    def _on_poll_error(self, exc: TelegramError) -> None:
+        log.warning("%s: getUpdates failed, retrying: %s", self.name, self._safe(exc))
+
+    # -- outbound -----------------------------------------------------------------------------
+
+    async def send(self, reply: Reply) -> None:
+        """Split the markdown at 4096, send each part as HTML (plain text if Telegram cannot parse
+        it), then the document if any. Raises ChannelError on a final failure."""
+        app = self._require_app()
+        task = asyncio.current_task()
+        if task is not None:
+            self._sending.add(task)
+        try:
+            chat_id = _chat_id(reply.chat_id)
+            thread_id = int(reply.thread_id) if reply.thread_id else None
+            reply_to = _reply_parameters(reply.reply_to)
+            text = reply.text or ""
+            caption = None
+            if reply.document is not None and text.strip() and utf16_len(text) <= TELEGRAM_CAPTION_LIMIT:
+                caption, text = text, ""
+            if not text.strip() and reply.document is None:
+                log.debug("%s: empty reply to %s not sent", self.name, reply.chat_id)
+            for part in split_message(text, TELEGRAM_TEXT_LIMIT, measure=utf16_len):
+                sent = await self._send_part(app, chat_id, part, thread_id, reply_to)
+                if sent:
+                    reply_to = None  # only the first part quotes the user's message
+            if reply.document is not None:
+                await self._send_document(app, reply, chat_id, thread_id, reply_to, caption)
+        finally:
+            if task is not None:
+                self._sending.discard(task)
+
+    async def _send_part(
+        self, app: Application, chat_id: int | str, part: str, thread_id: int | None, reply_to: ReplyParameters | None
+    ) -> bool:
+        """One part as HTML; on "can't parse entities", the same part as plain text."""
+        plain = markdown_to_plain(part)
+        if not plain.strip():
+            return False  # markup only (e.g. an empty code block): Telegram refuses empty text
+        common = {"chat_id": chat_id, "message_thread_id": thread_id, "reply_parameters": reply_to}
+        try:
+            await self._call(app.bot.send_message, text=markdown_to_telegram_html(part), parse_mode=ParseMode.HTML, **common)
+            return True
+        except BadRequest as exc:
+            if not _is_parse_error(exc):
+                raise ChannelError(f"{self.name}: sendMessage refused: {self._safe(exc)}") from exc
+            log.warning("%s: HTML refused (%s); resending as plain text", self.name, self._safe(exc))
+        # Plain text can outgrow its markdown by a little (">x" becomes "> x"): split again.
+        for chunk in split_message(plain, TELEGRAM_TEXT_LIMIT, measure=utf16_len):
+            try:
+                await self._call(app.bot.send_message, text=chunk, **common)
+            except BadRequest as exc:
+                raise ChannelError(f"{self.name}: sendMessage refused: {self._safe(exc)}") from exc
+            common["reply_parameters"] = None
+        return True
+
+    async def _send_document(
+        self,
+        app: Application,
+        reply: Reply,
+        chat_id: int | str,
+        thread_id: int | None,
+        reply_to: ReplyParameters | None,
+        caption: str | None,
+    ) -> None:
+        doc = reply.document
+        assert doc is not None
+
+        def upload() -> InputFile:
+            # A fresh InputFile per attempt: a retry must upload the bytes from the start.
+            file = InputFile(doc.data, filename=doc.filename)
+            if doc.mime != "application/octet-stream":
+                file.mimetype = doc.mime  # else PTB guesses from the file name
+            return file
+
+        common: dict[str, Any] = {"chat_id": chat_id, "message_thread_id": thread_id, "reply_parameters": reply_to}
+        try:
+            if caption:
+                try:
+                    await self._call(
+                        app.bot.send_document,
+                        fresh={"document": upload},
+                        caption=markdown_to_telegram_html(caption),
+                        parse_mode=ParseMode.HTML,
+                        **common,
+                    )
+                    return
+                except BadRequest as exc:
+                    if not _is_parse_error(exc):
+                        raise
+                await self._call(app.bot.send_document, fresh={"document": upload}, caption=markdown_to_plain(caption), **common)
+            else:
+                await self._call(app.bot.send_document, fresh={"document": upload}, **common)
+        except BadRequest as exc:
+            raise ChannelError(f"{self.name}: sendDocument refused: {self._safe(exc)}") from exc
+
+    async def _call(
+        self,
+        fn: Callable[..., Awaitable[_T]],
+        *,
+        fresh: dict[str, Callable[[], Any]] | None = None,
+        **kwargs: Any,
+    ) -> _T:
+        """Call the Bot API; retry network errors a few times (429s are AIORateLimiter's).
+
+        BadRequest propagates for the caller to judge; every other final failure is a
+        ChannelError. `fresh` values are rebuilt for each attempt (uploads).
+        """
+        for attempt in range(self._network_retries + 1):
+            args = dict(kwargs)
+            for key, make in (fresh or {}).items():
+                args[key] = make()
+            try:
+                return await fn(**args)
+            except BadRequest:
+                raise
+            except RetryAfter as exc:
+                raise ChannelError(f"{self.name}: still rate limited after retries ({self._safe(exc)})") from exc
+            except (Forbidden, InvalidToken) as exc:
+                raise ChannelError(f"{self.name}: refused: {self._safe(exc)}") from exc
+            except NetworkError as exc:
+                # TimedOut is a NetworkError too: the message may have gone out, but a rare
+                # duplicate beats a lost reply.
+                if attempt == self._network_retries:
+                    raise ChannelError(f"{self.name}: network error after {attempt + 1} tries: {self._safe(exc)}") from exc
+                log.warning("%s: network error (%s), retry %d", self.name, self._safe(exc), attempt + 1)
+                await asyncio.sleep(self._retry_delay * (2**attempt))
+            except TelegramError as exc:
+                raise ChannelError(f"{self.name}: Bot API error: {self._safe(exc)}") from exc
+        raise AssertionError("unreachable")
+
+    # -- typing -------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def typing(self, message: Message) -> AsyncIterator[None]:
+        """Send "typing" now and every few seconds until the block exits."""
+        app = self._require_app()
+        chat_id = _chat_id(message.chat_id)
+        thread_id = int(message.thread_id) if message.thread_id else None
+        task = asyncio.create_task(self._typing_loop(app, chat_id, thread_id), name=f"{self.name}-typing")
+        self._typing_tasks.add(task)
+        task.add_done_callback(self._typing_tasks.discard)
+        try:
+            yield
+        finally:
+            task.cancel()
+            # wait() never raises the task's CancelledError, so our own cancellation still does.
+            await asyncio.wait({task})
+
+    async def _typing_loop(self, app: Application, chat_id: int | str, thread_id: int | None) -> None:
+        while True:
+            try:
+                await app.bot.send_chat_action(chat_id=chat_id, action=ChatAction.TYPING, message_thread_id=thread_id)
+            except TelegramError as exc:
+                # A lost typing hint is harmless; the reply still goes out.
+                log.debug("%s: sendChatAction failed: %s", self.name, self._safe(exc))
+            await asyncio.sleep(self._typing_interval)
+
+    def _safe(self, exc: BaseException) -> str:
+        """The error text with the token blanked (some PTB and httpx messages quote it)."""
+        return str(exc).replace(self._token, "<token>")
+
+    def _require_app(self) -> Application:
+        if self._app is None:
+            raise ChannelError(f"{self.name}: not started")
+        return self._app
+
+
+# -- update -> Message (pure) -------------------------------------------------------------------
+
+
+def message_from_update(
+    update: Update, *, channel: str = "telegram", bot_id: int | None, bot_username: str | None
+) -> Message | None:
+    """Turn a Telegram update into a neutral Message; None for service messages and other updates.
+
+    The leading "@bot" mention is stripped and "/cmd@bot args" becomes "/cmd args".
+    """
+    edited = update.edited_message is not None
+    tg = update.edited_message if edited else update.message
+    if tg is None or tg.from_user is None:
+        return None
+    kind = Kind.EDITED if edited else _kind(tg)
+    if kind is None:
+        return None
+    raw_text = tg.text if tg.text is not None else (tg.caption or "")
+    chat = tg.chat
+    reply = tg.reply_to_message
+    # In forum topics every message "replies" to the topic's creation message; that is no reply.
+    if reply is not None and reply.forum_topic_created is not None:
+        reply = None
+    user = tg.from_user
+    timestamp = (tg.edit_date if edited and tg.edit_date else tg.date)
+    return Message(
+        channel=channel,
+        chat_id=str(chat.id),
+        sender_id=str(user.id),
+        text=_strip_bot_name(raw_text, bot_username),
+        timestamp=timestamp,
+        is_group=chat.type in (ChatType.GROUP, ChatType.SUPERGROUP),
+        mentions_bot=_mentions_bot(tg, bot_id, bot_username),
+        reply_to=str(reply.message_id) if reply is not None else None,
+        reply_to_bot=bool(reply is not None and reply.from_user is not None and bot_id is not None and reply.from_user.id == bot_id),
+        message_id=str(tg.message_id),
+        thread_id=str(tg.message_thread_id) if chat.is_forum and tg.is_topic_message and tg.message_thread_id else None,
+        sender_name=user.full_name or user.username or "",
+        kind=kind,
+    )
+
+
+def _kind(tg: TgMessage) -> Kind | None:
+    """What a new message carries; None for service messages (joins, pins, titles...)."""
+    if tg.photo:
+        return Kind.PHOTO
+    if tg.voice is not None:
+        return Kind.VOICE
+    if tg.sticker is not None:
+        return Kind.STICKER
+    if tg.video is not None or tg.video_note is not None or tg.animation is not None:
+        return Kind.VIDEO
+    if tg.document is not None or tg.audio is not None:
+        return Kind.FILE
+    if tg.text is not None:
+        return Kind.TEXT
+    if tg.effective_attachment is not None:
+        return Kind.OTHER  # location, contact, poll, dice...
+    return None
+
+
+def _mentions_bot(tg: TgMessage, bot_id: int | None, bot_username: str | None) -> bool:
+    """An @username mention of the bot, a text_mention of it, or a /cmd@bot command."""
+    entities = tg.parse_entities() if tg.text is not None else tg.parse_caption_entities()
+    handle = f"@{bot_username}".lower() if bot_username else None
+    for entity, value in entities.items():
+        if entity.type == MessageEntityType.MENTION and handle and value.lower() == handle:
+            return True
+        if entity.type == MessageEntityType.TEXT_MENTION and entity.user is not None and entity.user.id == bot_id:
+            return True
+        if entity.type == MessageEntityType.BOT_COMMAND and handle and value.lower().endswith(handle):
+            return True
+    return False
+
+
+def _strip_bot_name(text: str, bot_username: str | None) -> str:
+    """Drop a leading "@bot" (and the comma or colon after it); "/cmd@bot" becomes "/cmd"."""
+    if not bot_username:
+        return text
+    name = re.escape(bot_username)
+    stripped = re.sub(rf"^\s*@{name}\b[\s,:]*", "", text, flags=re.IGNORECASE)
+    return re.sub(rf"^(/\w+)@{name}\b", r"\1", stripped, flags=re.IGNORECASE)
+
+
+def _is_parse_error(exc: BadRequest) -> bool:
+    return "can't parse entities" in str(exc).lower() or "can't find end tag" in str(exc).lower()
+
+
+def _chat_id(chat_id: str) -> int | str:
+    """Numeric ids go out as ints: AIORateLimiter treats string ids as groups (20 msgs/min)."""
+    try:
+        return int(chat_id)
+    except ValueError:
+        return chat_id
+
+
+def _reply_parameters(message_id: str | None) -> ReplyParameters | None:
+    if not message_id:
+        return None
+    try:
+        return ReplyParameters(message_id=int(message_id), allow_sending_without_reply=True)
+    except ValueError:
+        return None
+
+
+class _RedactToken(logging.Filter):
+    """Replace the bot token in log records (httpx logs request URLs, which contain it)."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self._token = token
+
+    def install(self) -> None:
+        for name in _TOKEN_LOGGERS:
+            logging.getLogger(name).addFilter(self)
+
+    def remove(self) -> None:
+        for name in _TOKEN_LOGGERS:
+            logging.getLogger(name).removeFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record is the logging module's to report, not ours
+            return True
+        if self._token in message:
+            record.msg = message.replace(self._token, "<token>")
+            record.args = ()
+        return True

@@ -1,0 +1,496 @@
+"""Personal WeChat through the official iLink bot API (the protocol of Tencent's openclaw-weixin).
+
+Receive: long poll `getupdates`; the opaque `get_updates_buf` cursor is saved after each batch
+has been handed to the gateway, so a restart neither repeats nor skips messages. Send:
+`sendmessage` echoing the user's latest `context_token` (saved too: replies survive a restart).
+A -14 from getupdates means the login is gone: polling stops (no retry loop against a dead
+session), the owner is told, and polling resumes by itself once `memgate wechat login` has
+written new credentials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from adapters.wechat.ilink import protocol as proto
+from bot.channel import InboundHandler
+from adapters.wechat.ilink.login import credentials_path, load_credentials, write_private
+from adapters.wechat.ilink.protocol import Credentials, TypingStatus, UpdatesBatch
+from adapters.plaintext import markdown_to_plain
+from adapters.split import split_message
+from bot.errors import ChannelError
+from bot.message import Message, Reply
+
+log = logging.getLogger(__name__)
+
+TEXT_LIMIT = 4000
+CURSOR_FILE = "wechat_sync.json"
+CONTEXT_TOKENS_FILE = "wechat_context_tokens.json"
+LOGIN_HINT = "run `memgate wechat login` and scan the QR code with WeChat"
+# The server holds getupdates up to longpolling_timeout_ms; allow this much more before we call
+# the poll dead (a client-side timeout is an empty batch, not an error).
+POLL_MARGIN_S = 5.0
+SEND_ATTEMPTS = 3
+TYPING_TICKET_TTL_S = 6 * 3600.0
+TYPING_RETRY_S = 60.0  # after a failed getconfig, typing is skipped for this long
+TYPING_MAX_S = 300.0  # the keep-alive gives up after this, whatever the agent does
+SEEN_IDS = 2048
+
+SessionExpiredHook = Callable[[str], Awaitable[None]]
+
+
+class _TransportError(Exception):
+    """A call that did not produce a JSON answer (network, timeout, HTTP status, bad body)."""
+
+
+class WechatIlinkAdapter:
+    """The WeChat channel over iLink: DMs in, text replies out, typing while the agent works."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        base_url: str | None = None,
+        app_id: str = proto.DEFAULT_APP_ID,
+        client_version: str = proto.DEFAULT_CLIENT_VERSION,
+        name: str = "wechat",
+        on_session_expired: SessionExpiredHook | None = None,
+        poll_timeout_ms: int = 35_000,
+        request_timeout: float = 15.0,
+        backoff_base: float = 1.0,
+        backoff_cap: float = 30.0,
+        credentials_check_interval: float = 3.0,
+        typing_interval: float = 6.0,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.name = name
+        self.data_dir = Path(data_dir)
+        self.stats: dict[str, int] = {"received": 0, "sent": 0, "send_failed": 0, "poll_errors": 0, "expired": 0}
+        self._base_override = base_url.rstrip("/") if base_url else None
+        self._app_id = app_id
+        self._client_version = client_version
+        self.on_session_expired = on_session_expired
+        self._poll_timeout_ms = poll_timeout_ms
+        self._request_timeout = request_timeout
+        self._backoff_base = backoff_base
+        self._backoff_cap = backoff_cap
+        self._check_interval = credentials_check_interval
+        self._typing_interval = typing_interval
+        self._now = now
+        self._creds: Credentials | None = None
+        self._creds_stamp: tuple[int, int, int] | None = None
+        self._cursor = ""
+        self._context_tokens: dict[str, str] = {}
+        self._tickets: dict[str, tuple[str, float]] = {}
+        self._seen: deque[str] = deque(maxlen=SEEN_IDS)
+        self._seen_set: set[str] = set()
+        self._http: aiohttp.ClientSession | None = None
+        self._inbound: InboundHandler | None = None
+        self._poll_task: asyncio.Task[None] | None = None
+        self._handing_over: asyncio.Task[None] | None = None
+        self._sends = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.session_expired = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self, inbound: InboundHandler) -> None:
+        """Load the stored login and start long polling; ChannelError if there is no login."""
+        if self._poll_task is not None or self._http is not None:
+            raise ChannelError("the WeChat adapter is already running")
+        creds = load_credentials(self.data_dir)
+        if creds is None:
+            raise ChannelError(f"no WeChat login in {self.data_dir}: {LOGIN_HINT}")
+        self._use_credentials(creds)
+        self._inbound = inbound
+        self._http = aiohttp.ClientSession()
+        await self._notify(proto.NOTIFY_START)
+        self._poll_task = asyncio.create_task(self._poll_loop(), name=f"{self.name}-ilink-poll")
+        log.info("wechat: polling started for bot %s", creds.ilink_bot_id)
+
+    async def stop_receiving(self) -> None:
+        """Stop long polling but keep sending; a gateway that shuts down calls this before it answers what is queued.
+
+        A message taken from WeChat after this point would be acknowledged (the cursor moves on)
+        and then dropped by a gateway that is shutting down. A batch already being handed over
+        is finished and its cursor saved first; a poll still waiting is dropped unacknowledged,
+        so the server hands its messages out again after a restart.
+        """
+        task, self._poll_task = self._poll_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        handing_over, self._handing_over = self._handing_over, None
+        if handing_over is not None:
+            try:
+                await handing_over
+            except Exception:
+                log.exception("wechat: handing the last batch to the gateway failed")
+
+    async def stop(self) -> None:
+        """Stop polling, let in-flight sends finish (up to a bound), then close the connection."""
+        await self.stop_receiving()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), self._request_timeout * SEND_ATTEMPTS)
+        if self._http is not None:
+            if not self.session_expired:
+                await self._notify(proto.NOTIFY_STOP)
+            await self._http.close()
+            self._http = None
+
+    @property
+    def poll_timeout_ms(self) -> int:
+        """The long-poll timeout in use: ours at first, then the one the server advertises."""
+        return self._poll_timeout_ms
+
+    @property
+    def base_url(self) -> str:
+        """The bot API host: the configured one, else the one the login returned."""
+        if self._base_override:
+            return self._base_override
+        if self._creds and self._creds.baseurl:
+            return self._creds.baseurl.rstrip("/")
+        return proto.DEFAULT_BASE_URL
+
+    # -- receiving ------------------------------------------------------------------------------
+
+    async def _poll_loop(self) -> None:
+        failures = 0
+        while True:
+            if self.session_expired:
+                await self._wait_for_new_login()
+                failures = 0
+                continue
+            try:
+                batch = await self._get_updates()
+            except _TransportError as exc:
+                failures += 1
+                await self._back_off(failures, str(exc))
+                continue
+            except Exception:  # a bug here must not end receiving for good
+                log.exception("wechat: unexpected error while polling")
+                failures += 1
+                await self._back_off(failures, "unexpected error")
+                continue
+            if batch is None:
+                continue  # the long poll ran out on our side: normal, ask again
+            if batch.status.session_expired:
+                await self._expire()
+                continue
+            if not batch.status.ok:
+                failures += 1
+                await self._back_off(failures, f"ret={batch.status.ret} errcode={batch.status.errcode}")
+                continue
+            failures = 0
+            if batch.longpolling_timeout_ms:
+                self._poll_timeout_ms = batch.longpolling_timeout_ms
+            # Shielded: cancelling the loop (stop_receiving) never leaves a batch half handed over
+            # with its cursor unsaved, which would repeat its first messages after a restart.
+            self._handing_over = asyncio.create_task(self._dispatch(batch), name=f"{self.name}-ilink-dispatch")
+            await asyncio.shield(self._handing_over)
+            self._handing_over = None
+
+    async def _get_updates(self) -> UpdatesBatch | None:
+        body = proto.getupdates_body(self._cursor, self._client_version)
+        try:
+            payload = await self._post(proto.GET_UPDATES, body, self._poll_timeout_ms / 1000 + POLL_MARGIN_S)
+        except _TransportError as exc:
+            if isinstance(exc.__cause__, TimeoutError):
+                return None
+            raise
+        return proto.parse_updates(payload)
+
+    async def _back_off(self, failures: int, reason: str) -> None:
+        self.stats["poll_errors"] += 1
+        delay = proto.backoff_delay(failures, self._backoff_base, self._backoff_cap)
+        log.warning("wechat: getupdates failed (%s); retry %d in %.1f s", reason, failures, delay)
+        await asyncio.sleep(delay)
+
+    async def _dispatch(self, batch: UpdatesBatch) -> None:
+        """Hand a batch to the gateway, then save the context tokens and the cursor, in that order."""
+        assert self._inbound is not None and self._creds is not None
+        tokens_changed = False
+        for wire in batch.messages:
+            if wire.from_bot or wire.from_user_id == self._creds.ilink_bot_id:
+                continue  # our own sends come back through getupdates
+            if wire.in_group:
+                log.debug("wechat: ignoring a group message (DM only)")
+                continue
+            if wire.context_token and self._context_tokens.get(wire.from_user_id) != wire.context_token:
+                self._context_tokens[wire.from_user_id] = wire.context_token
+                tokens_changed = True
+            if wire.message_id and not self._remember(wire.message_id):
+                log.debug("wechat: message %s delivered twice; ignored", wire.message_id)
+                continue
+            self.stats["received"] += 1
+            message = proto.to_message(wire, self.name, self._now())
+            try:
+                await self._inbound(message)
+            except Exception:
+                log.exception("wechat: the inbound handler failed on message %s", wire.message_id)
+        try:
+            if tokens_changed:
+                self._save_context_tokens()
+            if batch.cursor and batch.cursor != self._cursor:
+                self._cursor = batch.cursor
+                self._save_cursor()
+        except OSError as exc:
+            # Receiving goes on with the in-memory state; only a restart would repeat messages.
+            log.error("wechat: could not save the receive state in %s: %s", self.data_dir, exc)
+
+    def _remember(self, message_id: str) -> bool:
+        """False when this message id was seen lately (a re-delivery)."""
+        if message_id in self._seen_set:
+            return False
+        if len(self._seen) == self._seen.maxlen:
+            self._seen_set.discard(self._seen[0])
+        self._seen.append(message_id)
+        self._seen_set.add(message_id)
+        return True
+
+    # -- session expiry -------------------------------------------------------------------------
+
+    async def _expire(self) -> None:
+        self.session_expired = True
+        self.stats["expired"] += 1
+        self._creds_stamp = _stamp(credentials_path(self.data_dir))
+        text = (
+            "WeChat logged the bot out (session expired, errcode -14). Polling has stopped; "
+            f"to reconnect, {LOGIN_HINT}. The bot resumes by itself once the new login is saved."
+        )
+        log.error("wechat: %s", text)
+        if self.on_session_expired is not None:
+            try:
+                await self.on_session_expired(text)
+            except Exception:
+                log.exception("wechat: the session-expired hook failed")
+
+    async def _wait_for_new_login(self) -> None:
+        """Sleep until the credentials file changes, then take the new login; no API calls."""
+        path = credentials_path(self.data_dir)
+        while True:
+            await asyncio.sleep(self._check_interval)
+            stamp = _stamp(path)
+            if stamp is None or stamp == self._creds_stamp:
+                continue
+            creds = load_credentials(self.data_dir)
+            if creds is None:
+                self._creds_stamp = stamp
+                continue
+            self._use_credentials(creds)
+            self.session_expired = False
+            log.info("wechat: new login found for bot %s; polling resumes", creds.ilink_bot_id)
+            return
+
+    def _use_credentials(self, creds: Credentials) -> None:
+        """Adopt a login; cursor and context tokens belong to one bot account, so load (or reset) them."""
+        self._creds = creds
+        self._creds_stamp = _stamp(credentials_path(self.data_dir))
+        self._tickets.clear()
+        self._cursor = self._load_state(CURSOR_FILE).get("get_updates_buf", "")
+        tokens = self._load_state(CONTEXT_TOKENS_FILE).get("tokens", {})
+        self._context_tokens = {str(k): str(v) for k, v in tokens.items()} if isinstance(tokens, dict) else {}
+
+    def _load_state(self, filename: str) -> dict[str, Any]:
+        """A state file of the current bot account; {} when absent, unreadable or another bot's."""
+        assert self._creds is not None
+        try:
+            data = json.loads((self.data_dir / filename).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict) or data.get("ilink_bot_id") != self._creds.ilink_bot_id:
+            return {}
+        return data
+
+    def _save_cursor(self) -> None:
+        assert self._creds is not None
+        state = {"ilink_bot_id": self._creds.ilink_bot_id, "get_updates_buf": self._cursor}
+        write_private(self.data_dir / CURSOR_FILE, json.dumps(state))
+
+    def _save_context_tokens(self) -> None:
+        assert self._creds is not None
+        state = {"ilink_bot_id": self._creds.ilink_bot_id, "tokens": self._context_tokens}
+        # The cursor save right after is fsynced; this one only needs to be atomic.
+        write_private(self.data_dir / CONTEXT_TOKENS_FILE, json.dumps(state), durable=False)
+
+    # -- sending --------------------------------------------------------------------------------
+
+    async def send(self, reply: Reply) -> None:
+        """Send a reply as plain text in parts of at most 4000 characters; ChannelError if not delivered."""
+        user = reply.recipient_id or reply.chat_id
+        text = markdown_to_plain(reply.text)
+        if reply.document is not None:
+            # iLink files need an encrypted CDN upload we do not do: say so instead of dropping it.
+            note = f"[The file {reply.document.filename} cannot be sent over WeChat.]"
+            log.warning("wechat: a document reply was sent as a note (files are not supported)")
+            text = f"{text}\n\n{note}" if text.strip() else note
+        parts = split_message(text, TEXT_LIMIT) if text.strip() else []
+        if not parts:
+            return
+        self._sends += 1
+        self._idle.clear()
+        try:
+            for part in parts:
+                await self._send_text(user, part)
+        finally:
+            self._sends -= 1
+            if self._sends == 0:
+                self._idle.set()
+
+    async def _send_text(self, user: str, text: str) -> None:
+        if self._http is None or self._creds is None:
+            raise ChannelError("the WeChat adapter is not running")
+        token = self._context_tokens.get(user)
+        if not token:
+            log.warning("wechat: no context_token for this user yet; sending without one")
+        body = proto.sendmessage_body(user, text, token, proto.new_client_id(), self._client_version)
+        payload: Any = None
+        for attempt in range(1, SEND_ATTEMPTS + 1):
+            try:
+                payload = await self._post(proto.SEND_MESSAGE, body, self._request_timeout)
+                break
+            except _TransportError as exc:
+                if attempt == SEND_ATTEMPTS:
+                    self._send_failed("sendmessage failed after %d attempts (%s)", attempt, exc)
+                    raise ChannelError(f"WeChat send failed: {exc}") from exc
+                # Same client_id on retry: the server de-duplicates, so a lost answer cannot double-send.
+                await asyncio.sleep(proto.backoff_delay(attempt, self._backoff_base, self._backoff_cap))
+        status = proto.parse_status(payload)
+        if status.ok:
+            self.stats["sent"] += 1
+            return
+        if proto.NOT_DELIVERED in (status.ret, status.errcode):
+            self._send_failed("message not delivered (ret -2): the user has not written within the reply window")
+            raise ChannelError("WeChat did not deliver the message (ret -2: outside the reply window)")
+        if status.session_expired:
+            self._send_failed("message not delivered: the session expired (-14)")
+            raise ChannelError(f"WeChat session expired; {LOGIN_HINT}")
+        self._send_failed("sendmessage refused: ret=%s errcode=%s", status.ret, status.errcode)
+        raise ChannelError(f"WeChat refused the message (ret={status.ret} errcode={status.errcode})")
+
+    def _send_failed(self, fmt: str, *args: object) -> None:
+        self.stats["send_failed"] += 1
+        log.error("wechat: " + fmt, *args)
+
+    # -- typing ---------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def typing(self, message: Message) -> AsyncIterator[None]:
+        """Show "typing..." to the sender while the block runs; failures are logged, never raised."""
+        user = message.sender_id
+        ticket = await self._typing_ticket(user)
+        keepalive: asyncio.Task[None] | None = None
+        if ticket:
+            await self._send_typing(user, ticket, TypingStatus.TYPING)
+            keepalive = asyncio.create_task(self._typing_keepalive(user, ticket), name=f"{self.name}-typing")
+        try:
+            yield
+        finally:
+            if keepalive is not None:
+                keepalive.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keepalive
+            if ticket:
+                await self._send_typing(user, ticket, TypingStatus.CANCEL)
+
+    async def _typing_ticket(self, user: str) -> str:
+        """The user's typing_ticket from getconfig, cached; "" when there is none."""
+        loop = asyncio.get_running_loop()
+        cached = self._tickets.get(user)
+        if cached and loop.time() < cached[1]:
+            return cached[0]
+        if self._http is None:
+            return ""
+        body = proto.getconfig_body(user, self._context_tokens.get(user), self._client_version)
+        try:
+            payload = await self._post(proto.GET_CONFIG, body, self._request_timeout)
+        except _TransportError as exc:
+            log.warning("wechat: getconfig failed (%s); no typing indicator for now", exc)
+            self._tickets[user] = ("", loop.time() + TYPING_RETRY_S)
+            return ""
+        ticket = payload.get("typing_ticket") if isinstance(payload, dict) else None
+        if not proto.parse_status(payload).ok or not isinstance(ticket, str) or not ticket:
+            log.warning("wechat: getconfig gave no typing_ticket; no typing indicator for now")
+            self._tickets[user] = ("", loop.time() + TYPING_RETRY_S)
+            return ""
+        self._tickets[user] = (ticket, loop.time() + TYPING_TICKET_TTL_S)
+        return ticket
+
+    async def _send_typing(self, user: str, ticket: str, status: TypingStatus) -> None:
+        if self._http is None:
+            return
+        body = proto.sendtyping_body(user, ticket, status, self._client_version)
+        try:
+            payload = await self._post(proto.SEND_TYPING, body, self._request_timeout)
+        except _TransportError as exc:
+            log.warning("wechat: sendtyping failed (%s)", exc)
+            return
+        if not proto.parse_status(payload).ok:
+            log.warning("wechat: sendtyping refused; the typing ticket is dropped")
+            self._tickets.pop(user, None)
+
+    async def _typing_keepalive(self, user: str, ticket: str) -> None:
+        """WeChat's indicator fades after a few seconds: repeat it while the agent works."""
+        elapsed = 0.0
+        while elapsed < TYPING_MAX_S:
+            await asyncio.sleep(self._typing_interval)
+            elapsed += self._typing_interval
+            await self._send_typing(user, ticket, TypingStatus.TYPING)
+
+    # -- HTTP -----------------------------------------------------------------------------------
+
+    async def _post(self, endpoint: str, body: dict[str, Any], timeout: float) -> Any:
+        """POST one bot call; the decoded JSON answer, or _TransportError."""
+        if self._http is None or self._creds is None:
+            raise _TransportError("not running")
+        headers = proto.post_headers(self._creds.bot_token, self._app_id, self._client_version, proto.random_uin())
+        try:
+            async with self._http.post(
+                f"{self.base_url}/{endpoint}",
+                data=json.dumps(body).encode(),
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
+                raw = await resp.read()
+                if resp.status != 200:
+                    raise _TransportError(f"{endpoint} answered HTTP {resp.status}")
+        except TimeoutError as exc:
+            raise _TransportError(f"{endpoint} timed out") from exc
+        except aiohttp.ClientError as exc:
+            raise _TransportError(f"{endpoint}: {type(exc).__name__}") from exc
+        try:
+            return json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            raise _TransportError(f"{endpoint} answered with something that is not JSON") from exc
+
+    async def _notify(self, endpoint: str) -> None:
+        """notifystart / notifystop, as the official client does; best effort."""
+        try:
+            payload = await self._post(endpoint, {"base_info": proto.base_info(self._client_version)}, 5.0)
+        except _TransportError as exc:
+            log.debug("wechat: %s failed (%s)", endpoint, exc)
+            return
+        if not proto.parse_status(payload).ok:
+            log.debug("wechat: %s refused", endpoint)
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """What tells a rewritten file apart: mtime, inode (os.replace makes a new one) and size."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_ino, st.st_size)

@@ -1,0 +1,602 @@
+"""WeChat Official Account (公众号) channel: an aiohttp callback server in, passive XML or customer-service API out.
+
+WeChat posts each user message to our URL and waits 5 s for an answer; without one it retries
+(3 times in all). So a callback hands the message to the gateway and then waits up to
+`passive_timeout` for the gateway's reply to this user: if `send()` comes in time, its first
+part goes back in the HTTP response (the "passive reply"), everything else goes through the
+customer-service API. If not, the callback answers "success" and the reply later goes through
+the API. Retries of a push (same MsgId, or sender + CreateTime for events) never make a second
+Message; a retry gets the passive reply if one is ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import time
+from collections import deque
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+import aiohttp
+from aiohttp import web
+
+from bot.channel import InboundHandler
+from adapters.plaintext import markdown_to_plain
+from adapters.split import split_message
+from adapters.wechat.mp.crypto import (
+    WechatCryptoError,
+    aes_key_from_encoding,
+    check_signature,
+    decrypt,
+    encrypt,
+    sha1_signature,
+)
+from adapters.wechat.mp.xml_codec import (
+    MAX_XML_BYTES,
+    InboundXml,
+    XmlError,
+    build_encrypted_reply,
+    build_text_reply,
+    parse_envelope,
+    parse_inbound,
+)
+from bot.errors import ChannelError, ConfigError
+from bot.message import Kind, Message, Reply
+
+__all__ = ["TEXT_LIMIT_BYTES", "WechatMpAdapter", "WechatMpStats", "message_from_push", "split_for_wechat"]
+
+logger = logging.getLogger(__name__)
+
+TEXT_LIMIT_BYTES = 2048  # passive and customer-service text content limit, in UTF-8 bytes
+REPLAY_WINDOW_S = 300  # a push whose timestamp is further off than this is a replay
+DEDUP_TTL_S = 60.0  # WeChat's retries come within ~15 s; keep the key well past that
+WECHAT_WAIT_S = 5.0  # WeChat drops the connection after this: a passive reply must come sooner
+_TOKEN_MARGIN_S = 300.0  # refresh the access token this long before it expires
+_TOKEN_ERRCODES = frozenset({40001, 40014, 42001})  # invalid / malformed / expired access token
+_API_TIMEOUT = aiohttp.ClientTimeout(total=10)
+_SUCCESS = "success"  # tells WeChat "received, no passive reply" (it then does not retry)
+_KIND_BY_TYPE = {
+    "image": Kind.PHOTO,
+    "voice": Kind.VOICE,
+    "video": Kind.VIDEO,
+    "shortvideo": Kind.VIDEO,
+    "file": Kind.FILE,
+    "location": Kind.OTHER,
+    "link": Kind.OTHER,
+}
+
+
+class Clock(Protocol):
+    """Wall time for timestamps, monotonic time for TTLs (tests/fakes/clock.FakeClock fits)."""
+
+    def time(self) -> float: ...
+
+    def monotonic(self) -> float: ...
+
+
+class _SystemClock:
+    def time(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+@dataclass
+class WechatMpStats:
+    """Counters of what the channel did; read by tests and /metrics."""
+
+    received: int = 0  # pushes turned into a Message
+    duplicates: int = 0  # WeChat retries recognised and not processed again
+    ignored: int = 0  # events with nothing to answer (unsubscribe, menu views, ...)
+    bad_signature: int = 0
+    stale_timestamp: int = 0
+    malformed: int = 0
+    inbound_errors: int = 0
+    passive_replies: int = 0
+    api_messages: int = 0
+    api_failures: int = 0
+    token_fetches: int = 0
+
+
+def message_from_push(push: InboundXml, channel: str = "wechat_mp") -> Message | None:
+    """The neutral Message for a push, or None for events that need no answer.
+
+    Voice with speech recognition becomes text; other media become their Kind with text "";
+    a subscribe event becomes Kind.OTHER with text "" so the gateway can greet the new follower.
+    """
+    if push.msg_type == "event":
+        if push.event.lower() != "subscribe":
+            return None
+        kind, text = Kind.OTHER, ""
+    elif push.msg_type == "text":
+        kind, text = Kind.TEXT, push.content
+    elif push.msg_type == "voice" and push.recognition:
+        kind, text = Kind.TEXT, push.recognition
+    else:
+        kind, text = _KIND_BY_TYPE.get(push.msg_type, Kind.OTHER), ""
+    return Message(
+        channel=channel,
+        chat_id=push.from_user,
+        sender_id=push.from_user,
+        text=text,
+        timestamp=datetime.fromtimestamp(push.create_time, UTC),
+        is_group=False,
+        message_id=dedup_key(push),
+        kind=kind,
+    )
+
+
+def dedup_key(push: InboundXml) -> str:
+    """What WeChat keeps across retries: MsgId for messages, sender + CreateTime for events."""
+    return push.msg_id or f"{push.from_user}:{push.create_time}"
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def split_for_wechat(text: str, limit: int = TEXT_LIMIT_BYTES) -> list[str]:
+    """Markdown -> plain text parts of at most `limit` UTF-8 bytes, in order, none blank.
+
+    Split on the markdown first (so code blocks stay whole where they can), then flatten each
+    part; flattening may lengthen a part (link targets), so an oversized result is split again.
+    """
+    parts: list[str] = []
+    for chunk in split_message(text, limit, measure=_utf8_len):
+        plain = markdown_to_plain(chunk).strip()
+        if _utf8_len(plain) > limit:
+            parts.extend(split_message(plain, limit, measure=_utf8_len))
+        elif plain:
+            parts.append(plain)
+    return [part for part in parts if part.strip()]
+
+
+@dataclass(eq=False)
+class _Callback:
+    """One push (and its retries) while a reply to it can still be matched."""
+
+    key: str
+    openid: str
+    account: str  # the account's original id: FromUserName of a passive reply
+    created: float  # monotonic
+    first_part: asyncio.Future[str]
+    listeners: int = 0  # callback handlers (first delivery or retries) waiting to answer passively
+    answered: bool = False  # a reply was matched to it (passively or through the API)
+    handing_over: bool = False  # inside inbound(): a send() from there must not wait for the response
+    responded: asyncio.Event = field(default_factory=asyncio.Event)  # the passive reply was written
+
+
+class _CustomerService:
+    """Access-token cache and the customer-service text API. Neither the secret nor a token is ever logged."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        *,
+        api_base: str,
+        app_id: str,
+        app_secret: str,
+        clock: Clock,
+        stats: WechatMpStats,
+    ) -> None:
+        self._session = session
+        self._base = api_base.rstrip("/")
+        self._app_id = app_id
+        self._app_secret = app_secret
+        self._clock = clock
+        self._stats = stats
+        self._lock = asyncio.Lock()
+        self._token: str | None = None
+        self._refresh_at = 0.0
+
+    async def send_text(self, openid: str, content: str) -> None:
+        """Send one text message; refresh the token once if WeChat says it is invalid or expired."""
+        token = await self._access_token()
+        errcode = await self._post_text(token, openid, content)
+        if errcode in _TOKEN_ERRCODES:
+            logger.info("wechat_mp: access token rejected (errcode %s), fetching a new one", errcode)
+            token = await self._access_token(stale=token)
+            errcode = await self._post_text(token, openid, content)
+        if errcode != 0:
+            raise ChannelError(f"wechat_mp: customer-service send refused (errcode {errcode})")
+        self._stats.api_messages += 1
+
+    async def _access_token(self, *, stale: str | None = None) -> str:
+        """The cached token, fetched again when near expiry or when `stale` was just refused."""
+        async with self._lock:
+            current = self._token
+            # Reuse it while fresh, or when a concurrent send already replaced the refused one.
+            if current is not None and current != stale:
+                if stale is not None or self._clock.monotonic() < self._refresh_at:
+                    return current
+            params = {"grant_type": "client_credential", "appid": self._app_id, "secret": self._app_secret}
+            data = await self._call("GET", "/cgi-bin/token", params=params)
+            token, expires_in = data.get("access_token"), data.get("expires_in", 7200)
+            if not isinstance(token, str) or not token:
+                raise ChannelError(f"wechat_mp: access token refused (errcode {data.get('errcode')})")
+            lifetime = float(expires_in) if isinstance(expires_in, int | float) else 7200.0
+            # Refresh ahead of expiry; a short-lived token still gets half its life.
+            self._refresh_at = self._clock.monotonic() + lifetime - min(_TOKEN_MARGIN_S, lifetime / 2)
+            self._token = token
+            self._stats.token_fetches += 1
+            logger.info("wechat_mp: access token fetched, valid %ss", int(lifetime))
+            return token
+
+    async def _post_text(self, token: str, openid: str, content: str) -> int:
+        """POST one text message; returns WeChat's errcode (0 = delivered)."""
+        payload = {"touser": openid, "msgtype": "text", "text": {"content": content}}
+        # WeChat shows \\uXXXX escapes literally in some clients: send raw UTF-8.
+        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        data = await self._call(
+            "POST",
+            "/cgi-bin/message/custom/send",
+            params={"access_token": token},
+            data=body,
+            headers={"Content-Type": "application/json; charset=utf-8"},
+        )
+        errcode = data.get("errcode", 0)
+        return errcode if isinstance(errcode, int) else -1
+
+    async def _call(self, method: str, path: str, **kwargs) -> dict:
+        """One API call -> its JSON object; ChannelError on transport or decoding failure.
+
+        The exception chain is cut (`from None`): aiohttp errors carry the full URL, whose query
+        holds the app secret or access token, and must not reach a traceback in the logs.
+        """
+        try:
+            async with self._session.request(method, self._base + path, timeout=_API_TIMEOUT, **kwargs) as resp:
+                if resp.status != 200:
+                    raise ChannelError(f"wechat_mp: {path} answered HTTP {resp.status}")
+                data = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise ChannelError(f"wechat_mp: {path} failed ({type(exc).__name__})") from None
+        if not isinstance(data, dict):
+            raise ChannelError(f"wechat_mp: {path} answered something other than a JSON object")
+        return data
+
+
+class WechatMpAdapter:
+    """The Official Account callback channel (implements bot.channel.Channel)."""
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        app_id: str,
+        app_secret: str,
+        encoding_aes_key: str | None,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        path: str = "/wechat",
+        api_base: str = "https://api.weixin.qq.com",
+        name: str = "wechat_mp",
+        passive_timeout: float = 4.5,
+        clock: Clock | None = None,
+    ) -> None:
+        if not token:
+            raise ConfigError("wechat_mp.token must not be empty")
+        if not 0 < passive_timeout < WECHAT_WAIT_S:
+            raise ConfigError(f"wechat_mp.passive_timeout must be in (0, {WECHAT_WAIT_S}) seconds")
+        try:
+            self._aes_key = aes_key_from_encoding(encoding_aes_key) if encoding_aes_key else None
+        except WechatCryptoError as exc:
+            raise ConfigError(f"wechat_mp.encoding_aes_key is invalid: {exc}") from None
+        self.name = name
+        self._token = token
+        self._app_id = app_id
+        self._app_secret = app_secret
+        self._host = host
+        self._port = port
+        self._path = path if path.startswith("/") else "/" + path
+        self._api_base = api_base
+        self._passive_timeout = passive_timeout
+        self._clock: Clock = clock or _SystemClock()
+        self.stats = WechatMpStats()
+        self._inbound: InboundHandler | None = None
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._api: _CustomerService | None = None
+        self._callbacks: dict[str, _Callback] = {}
+        self._open: dict[str, deque[_Callback]] = {}  # openid -> callbacks not yet answered, oldest first
+        self._sending = 0
+        self._sends_idle = asyncio.Event()
+        self._sends_idle.set()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The bound port (the real one when configured with port 0)."""
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """The callback URL this server answers on."""
+        return f"http://{self._host}:{self._port}{self._path}"
+
+    async def start(self, inbound: InboundHandler) -> None:
+        """Start the callback server and the API session; returns once listening."""
+        if self._runner is not None or self._session is not None:
+            raise ChannelError("wechat_mp: already started")
+        self._inbound = inbound
+        app = web.Application(client_max_size=MAX_XML_BYTES)
+        app.router.add_get(self._path, self._handle_verify)
+        app.router.add_post(self._path, self._handle_push)
+        # No access log: every callback query names the user (openid); our own log says what matters.
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=self._passive_timeout + 1)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self._host, self._port)
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ChannelError(f"wechat_mp: cannot listen on {self._host}:{self._port} ({exc})") from exc
+        self._runner = runner
+        self._port = runner.addresses[0][1]
+        self._session = aiohttp.ClientSession()
+        self._api = _CustomerService(
+            self._session,
+            api_base=self._api_base,
+            app_id=self._app_id,
+            app_secret=self._app_secret,
+            clock=self._clock,
+            stats=self.stats,
+        )
+        logger.info("wechat_mp: listening on %s (safe mode %s)", self.url, "on" if self._aes_key else "off")
+
+    async def stop_receiving(self) -> None:
+        """Stop the callback server but keep sending; a gateway that shuts down calls this first.
+
+        Callbacks in flight still get their passive reply (the gateway is still answering). A
+        push that arrived later would be answered "success" and then dropped by a closing
+        gateway: refused instead, WeChat retries it, if need be against the next run.
+        """
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def stop(self) -> None:
+        """Stop the server (in-flight callbacks finish), wait for sends in progress, close the session."""
+        await self.stop_receiving()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._sends_idle.wait(), timeout=_API_TIMEOUT.total)
+        session, self._session, self._api = self._session, None, None
+        if session is not None:
+            await session.close()
+        self._callbacks.clear()
+        self._open.clear()
+
+    def typing(self, message: Message) -> AbstractAsyncContextManager[None]:
+        """No typing indicator: a callback is answered within seconds or not at all."""
+        return contextlib.nullcontext()
+
+    # -- outbound ----------------------------------------------------------------------------------
+
+    async def send(self, reply: Reply) -> None:
+        """Answer passively if a callback for this user still waits, the rest via the customer-service API."""
+        api = self._api
+        if api is None:
+            raise ChannelError("wechat_mp: send() before start()")
+        openid = reply.recipient_id or reply.chat_id
+        text = reply.text
+        if reply.document is not None:
+            # Files need a media upload this channel does not do; say so rather than drop it.
+            logger.warning("wechat_mp: document %s not sent (unsupported)", reply.document.filename)
+            text = (text + "\n\n" if text else "") + f"[file {reply.document.filename} cannot be sent here]"
+        parts = split_for_wechat(text)
+        if not parts:
+            return
+        self._sending += 1
+        self._sends_idle.clear()
+        try:
+            callback = self._claim(openid, reply.reply_to)
+            if callback is not None:
+                callback.first_part.set_result(parts[0])
+                self.stats.passive_replies += 1
+                parts = parts[1:]
+                # The rest must not overtake the passive part: wait until it is written. Not when
+                # called from inside inbound(): the response waits for inbound() to return.
+                if parts and not callback.handing_over:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(callback.responded.wait(), WECHAT_WAIT_S)
+            for index, part in enumerate(parts):
+                try:
+                    await api.send_text(openid, part)
+                except ChannelError as exc:
+                    self.stats.api_failures += 1
+                    logger.warning("wechat_mp: part %d/%d to %s not delivered: %s", index + 1, len(parts), openid, exc)
+                    raise
+        finally:
+            self._sending -= 1
+            if self._sending == 0:
+                self._sends_idle.set()
+
+    def _claim(self, openid: str, reply_to: str | None) -> _Callback | None:
+        """The callback whose HTTP response can carry this reply, or None.
+
+        Any callback of this user still waiting will do (a passive reply is only a transport to
+        the same person, so order and content are unchanged); the one named by `reply_to` first.
+        A named callback nobody waits on any more is marked answered, so its retries do not wait.
+        """
+        self._purge()
+        queue = list(self._open.get(openid, ()))
+        waiting = [cb for cb in queue if cb.listeners > 0 and not cb.first_part.done()]
+        named = next((cb for cb in queue if reply_to is not None and cb.key == reply_to), None)
+        chosen = named if named in waiting else (waiting[0] if waiting else None)
+        for callback in (named, chosen):
+            if callback is not None:
+                self._close(callback)
+        return chosen
+
+    # -- inbound -------------------------------------------------------------------------------------
+
+    async def _handle_verify(self, request: web.Request) -> web.Response:
+        """GET URL verification: echo `echostr` when `signature` signs token, timestamp, nonce."""
+        q = request.query
+        if not check_signature(q.get("signature", ""), self._token, q.get("timestamp", ""), q.get("nonce", "")):
+            self.stats.bad_signature += 1
+            logger.warning("wechat_mp: URL verification with a bad signature from %s", request.remote)
+            return web.Response(status=403, text="forbidden")
+        logger.info("wechat_mp: URL verification answered")
+        return web.Response(text=q.get("echostr", ""))
+
+    async def _handle_push(self, request: web.Request) -> web.StreamResponse:
+        """POST push: authenticate, decrypt, parse, deduplicate, hand over, answer."""
+        started = asyncio.get_running_loop().time()
+        q = request.query
+        timestamp, nonce = q.get("timestamp", ""), q.get("nonce", "")
+        safe = q.get("encrypt_type", "").lower() == "aes"
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._malformed(request, "body too large")
+        if safe:
+            if self._aes_key is None:
+                return self._malformed(request, "safe-mode push but no encoding_aes_key configured")
+            try:
+                envelope = parse_envelope(body)
+            except XmlError as exc:
+                return self._malformed(request, str(exc))
+            signed = check_signature(q.get("msg_signature", ""), self._token, timestamp, nonce, envelope.encrypt)
+        else:
+            signed = check_signature(q.get("signature", ""), self._token, timestamp, nonce)
+        if not signed:
+            self.stats.bad_signature += 1
+            logger.warning("wechat_mp: push with a bad signature from %s rejected", request.remote)
+            return web.Response(status=403, text="forbidden")
+        if not self._fresh(timestamp):
+            self.stats.stale_timestamp += 1
+            logger.warning("wechat_mp: push with a stale timestamp %r from %s rejected", timestamp, request.remote)
+            return web.Response(status=403, text="forbidden")
+        try:
+            xml = decrypt(envelope.encrypt, self._app_id, self._aes_key) if safe else body  # type: ignore[arg-type]
+            push = parse_inbound(xml)
+        except (WechatCryptoError, XmlError) as exc:
+            return self._malformed(request, str(exc))
+        logger.debug("wechat_mp: push %s from %s: %r", push.msg_type, push.from_user, push.content)
+        return await self._dispatch(request, push, safe=safe, started=started)
+
+    def _fresh(self, timestamp: str) -> bool:
+        """A signed timestamp within REPLAY_WINDOW_S of our clock, either way."""
+        try:
+            return abs(self._clock.time() - int(timestamp)) <= REPLAY_WINDOW_S
+        except ValueError:
+            return False
+
+    def _malformed(self, request: web.Request, reason: str) -> web.Response:
+        self.stats.malformed += 1
+        logger.warning("wechat_mp: malformed push from %s rejected: %s", request.remote, reason)
+        return web.Response(status=400, text="bad request")
+
+    async def _dispatch(self, request: web.Request, push: InboundXml, *, safe: bool, started: float) -> web.StreamResponse:
+        """Hand a new push to the gateway (once per key), then wait for a passive reply."""
+        message = message_from_push(push, self.name)
+        if message is None:
+            self.stats.ignored += 1
+            logger.debug("wechat_mp: event %s needs no answer", push.event)
+            return web.Response(text=_SUCCESS)
+        self._purge()
+        key = dedup_key(push)
+        callback = self._callbacks.get(key)
+        if callback is not None:
+            self.stats.duplicates += 1
+            logger.info("wechat_mp: retry of push %s, not processed again", key)
+            if not (callback.first_part.done() or callback.answered):
+                callback.listeners += 1
+                try:
+                    await self._wait_for_reply(callback, started)
+                finally:
+                    callback.listeners -= 1
+            return await self._respond(request, callback, safe=safe)
+
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        callback = _Callback(key, push.from_user, push.to_user, self._clock.monotonic(), future)
+        self._callbacks[key] = callback
+        self._open.setdefault(push.from_user, deque()).append(callback)
+        self.stats.received += 1
+        # Listening starts before the handover: a gateway may reply before inbound() returns.
+        callback.listeners += 1
+        try:
+            assert self._inbound is not None
+            callback.handing_over = True
+            try:
+                await self._inbound(message)
+            except Exception:
+                self.stats.inbound_errors += 1
+                logger.exception("wechat_mp: the gateway failed on push %s", key)
+                # Nothing will answer it: close it so replies and retries do not wait on it.
+                self._close(callback)
+                return web.Response(text=_SUCCESS)
+            finally:
+                callback.handing_over = False
+            await self._wait_for_reply(callback, started)
+        finally:
+            callback.listeners -= 1
+        return await self._respond(request, callback, safe=safe)
+
+    async def _wait_for_reply(self, callback: _Callback, started: float) -> None:
+        """Wait until the first reply part is set or the passive deadline of this request passes."""
+        remaining = self._passive_timeout - (asyncio.get_running_loop().time() - started)
+        if remaining <= 0:
+            return
+        # shield: a timeout of one listener must not cancel the future other listeners share.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(callback.first_part), remaining)
+
+    async def _respond(self, request: web.Request, callback: _Callback, *, safe: bool) -> web.StreamResponse:
+        """Answer passively if the first part is ready (it may have landed just at the deadline), else success.
+
+        A passive reply is written out here, before returning, so that send() can hold the
+        remaining parts until it is on its way and they reach the user after it.
+        """
+        if not callback.first_part.done():
+            return web.Response(text=_SUCCESS)
+        response = web.Response(text=self._passive_xml(callback, safe=safe), content_type="application/xml")
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionError:
+            logger.info("wechat_mp: WeChat left before the passive reply to %s was written", callback.key)
+        finally:
+            callback.responded.set()
+        return response
+
+    def _passive_xml(self, callback: _Callback, *, safe: bool) -> str:
+        """The passive text reply XML, encrypted and signed in safe mode."""
+        now = str(int(self._clock.time()))
+        xml = build_text_reply(
+            to_user=callback.openid,
+            from_user=callback.account,
+            create_time=int(now),
+            content=callback.first_part.result(),
+        )
+        if not safe or self._aes_key is None:
+            return xml
+        nonce = str(secrets.randbelow(10**10))
+        encrypted = encrypt(xml, self._app_id, self._aes_key)
+        signature = sha1_signature(self._token, now, nonce, encrypted)
+        return build_encrypted_reply(encrypt=encrypted, msg_signature=signature, timestamp=now, nonce=nonce)
+
+    def _purge(self) -> None:
+        """Forget pushes older than DEDUP_TTL_S: WeChat has stopped retrying them long since."""
+        cutoff = self._clock.monotonic() - DEDUP_TTL_S
+        stale = [key for key, cb in self._callbacks.items() if cb.created < cutoff and cb.listeners == 0]
+        for key in stale:
+            self._close(self._callbacks.pop(key))
+
+    def _close(self, callback: _Callback) -> None:
+        """Take a callback off its user's list of unanswered ones."""
+        callback.answered = True
+        queue = self._open.get(callback.openid)
+        if queue is not None and callback in queue:
+            queue.remove(callback)
+            if not queue:
+                del self._open[callback.openid]
+

@@ -1,0 +1,249 @@
+"""Keyword search: BM25 over a postings table built from `memories.search_text`, plus direct
+scoring of rows written since the last build (so a fact stored a second ago is findable).
+
+Why our own postings table and not DuckDB's FTS index (`PRAGMA create_fts_index`): its
+`terms` table is in document order, so finding the documents of three query terms reads every
+posting (2.8 M rows for 130k memories) and joins them with `docs` and `memories`: ~40-60 ms
+per query at that size. `fts_postings` has one row per (term, memory version) with the
+memory's space, kind, term frequency and length, written sorted by term: DuckDB's zone maps
+skip every row group but the query terms', and the space and kind filters need no join. A
+memory version is its `seq` (unique, and new on every text change), an integer: grouping and
+joining on it is cheaper than on the id string.
+
+Both halves tokenise the same way (`search_text` split on spaces, accents stripped, lowercased,
+Porter-stemmed) and share one BM25:
+    idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))
+    score  = sum_t idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avgdl))
+with N, df and avgdl over the indexed and the fresh rows together, so their scores rank
+together; ties go to the smaller id (scores compared at 9 decimals, so the summation order
+does not matter).
+
+The table is a snapshot: rows deleted, retired or rewritten since the build still have
+postings. So the index proposes its best rows and the `memories` table has the last word: the
+row with that seq must still exist and be active. The slice widens until it holds enough live
+rows, so the answer is exact.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+
+from memory.store.connection import Conn, Store
+
+log = logging.getLogger(__name__)
+
+POSTINGS = "fts_postings"
+DICT = "fts_dict"
+STATS = "fts_stats"
+WATERMARK_KEY = "fts_postings_seq"
+OLD_FTS_SCHEMA = "fts_main_memories"  # DuckDB FTS index of earlier versions; dropped on rebuild
+K1, B = 1.2, 0.75
+
+# The one tokeniser both halves use: `search_text` is already jieba/regex tokens joined by spaces.
+_TOKENS = "unnest(string_split(strip_accents(lower(search_text)), ' '))"
+
+
+def rebuild_index(store: Store) -> int:
+    """Rebuild the postings over every memory; returns the watermark (max seq) it covers."""
+
+    def build(con: Conn) -> int:
+        wm = int(con.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0])
+        # ORDER BY term is what makes lookups cheap (zone maps per row group); space_id second
+        # keeps one space's postings of a term together.
+        con.execute(f"""
+            CREATE OR REPLACE TABLE {POSTINGS} AS
+            WITH tok AS (
+                SELECT seq AS doc, space_id, kind, stem(tok, 'porter') AS term
+                FROM (SELECT seq, space_id, kind, {_TOKENS} AS tok FROM memories WHERE seq <= {wm})
+                WHERE tok <> ''
+            ),
+            lens AS (SELECT doc, count(*)::INTEGER AS len FROM tok GROUP BY doc)
+            SELECT term, space_id, kind, doc, count(*)::INTEGER AS tf, any_value(lens.len) AS len
+            FROM tok JOIN lens USING (doc)
+            GROUP BY term, space_id, kind, doc
+            ORDER BY term, space_id, doc
+        """)
+        con.execute(f"CREATE OR REPLACE TABLE {DICT} AS SELECT term, count(*) AS df FROM {POSTINGS} GROUP BY term ORDER BY term")
+        # N counts every row (also those without a token), like the FTS index did.
+        con.execute(f"""
+            CREATE OR REPLACE TABLE {STATS} AS
+            SELECT (SELECT count(*) FROM memories WHERE seq <= {wm}) AS n,
+                   (SELECT coalesce(sum(tf), 0) FROM {POSTINGS}) AS total_len
+        """)
+        con.execute(f"DROP SCHEMA IF EXISTS {OLD_FTS_SCHEMA} CASCADE")
+        Store.meta_set(con, WATERMARK_KEY, str(wm))
+        return wm
+
+    wm = store.write(build)
+    log.info("keyword index rebuilt up to seq %s", wm)
+    return wm
+
+
+def watermark(con: Conn) -> int:
+    """The highest seq the postings cover (0 when there are none yet: every row is fresh)."""
+    row = con.execute("SELECT value FROM meta WHERE key = ?", [WATERMARK_KEY]).fetchone()
+    return int(row[0]) if row else 0
+
+
+def fresh_count(con: Conn) -> int:
+    return con.execute("SELECT count(*) FROM memories WHERE seq > ?", [watermark(con)]).fetchone()[0]
+
+
+def sql_strings(values: Sequence[str]) -> str:
+    """Values as a list of SQL string literals, quotes doubled (DuckDB strings have no backslash
+    escapes). Used where a constant IN list lets DuckDB prune by zone maps or push the filter
+    into the scan, which a bound list parameter does not."""
+    return ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
+
+
+def _double(x: float) -> str:
+    """A float as a DOUBLE literal that reads back exactly (a bare 0.75 is a DECIMAL in DuckDB,
+    and DECIMAL arithmetic doubles the cost of scoring)."""
+    r = repr(float(x))
+    return r if ("e" in r or "n" in r) else f"{r}e0"
+
+
+class _Lru:
+    """A small thread-safe LRU map."""
+
+    def __init__(self, size: int) -> None:
+        self._data: OrderedDict = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            val = self._data.get(key)
+            if val is not None:
+                self._data.move_to_end(key)
+            return val
+
+    def put(self, key, val) -> None:
+        with self._lock:
+            self._data[key] = val
+            self._data.move_to_end(key)
+            while len(self._data) > self._size:
+                self._data.popitem(last=False)
+
+
+# Query term -> stem, by DuckDB's own stemmer (the one the index used). Deterministic.
+_stems = _Lru(20_000)
+# (id, seq) -> (space, kind, token counts) of rows written since a build: tokenised once, not
+# at every query. Keyed by the id too, so stores in one process never mix (ids are random).
+_fresh_tokens = _Lru(100_000)
+
+
+def _stem(con: Conn, terms: Sequence[str]) -> list[str]:
+    missing = [t for t in dict.fromkeys(terms) if _stems.get(t) is None]
+    if missing:
+        for t, s in con.execute(
+            "SELECT t, stem(strip_accents(lower(t)), 'porter') FROM (SELECT unnest(?) AS t)", [missing]
+        ).fetchall():
+            _stems.put(t, s or "")
+    return list(dict.fromkeys(s for s in (_stems.get(t) for t in terms) if s))
+
+
+def keyword_candidates(con: Conn, terms: Sequence[str], space_ids: Sequence[str], limit: int,
+                       kinds: Sequence[str] | None = None) -> list[tuple[str, float]]:
+    """Top `limit` (id, bm25) among active memories of the allowed spaces."""
+    if not terms or not space_ids or limit <= 0:
+        return []
+    stems = _stem(con, terms)
+    if not stems:
+        return []
+    wm = watermark(con)
+    allowed, kinds_ok = set(space_ids), set(kinds) if kinds else None
+    # Statistics over the indexed and the fresh rows together.
+    n, total_len, df = _index_stats(con, stems) if wm > 0 else (0, 0, dict.fromkeys(stems, 0))
+    fresh = _fresh_rows(con, wm)
+    n += len(fresh)
+    total_len += sum(r[4] for r in fresh)
+    for _, _, _, counts, _ in fresh:
+        for t in stems:
+            if t in counts:
+                df[t] += 1
+    avgdl = max(total_len / max(1, n), 1e-9)
+    idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in stems}
+
+    scored: list[tuple[str, float]] = []
+    for doc, space, kind, counts, length in fresh:
+        if space in allowed and (kinds_ok is None or kind in kinds_ok):
+            score = sum(_bm25(idf[t], counts[t], length, avgdl) for t in stems if t in counts)
+            if score:
+                scored.append((doc, score))
+    if wm > 0:
+        over = limit * 2 + 20
+        while True:
+            proposed = _index_top(con, stems, idf, avgdl, space_ids, kinds, over)
+            live = [(doc, score) for doc, score, status in proposed if status == "active"]
+            # Exact when the slice held `limit` live rows (everything outside it scores lower)
+            # or was not full (it held every candidate).
+            if len(proposed) < over or len(live) >= limit:
+                break
+            log.debug("keyword slice of %d had %d live rows; widening", over, len(live))
+            over *= 4
+        scored += live
+    scored.sort(key=lambda x: (-round(x[1], 9), x[0]))
+    return scored[:limit]
+
+
+def _bm25(idf: float, tf: int, length: int, avgdl: float) -> float:
+    return idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / avgdl))
+
+
+def _index_stats(con: Conn, stems: list[str]) -> tuple[int, int, dict[str, int]]:
+    rows = con.execute(
+        f"SELECT s.n, s.total_len, d.term, d.df FROM {STATS} s "
+        f"LEFT JOIN (SELECT term, df FROM {DICT} WHERE term IN ({sql_strings(stems)})) d ON true"
+    ).fetchall()
+    df = dict.fromkeys(stems, 0)
+    df.update({r[2]: int(r[3]) for r in rows if r[2] is not None})
+    return int(rows[0][0]), int(rows[0][1]), df
+
+
+def _fresh_rows(con: Conn, wm: int) -> list[tuple[str, str, str, Counter, int]]:
+    """Active rows written since the build, all spaces (N, df and avgdl count them all):
+    (id, space, kind, token counts, length). Rows seen before come from the token cache."""
+    rows = con.execute(f"SELECT id, seq FROM memories WHERE seq > {int(wm)} AND status = 'active'").fetchall()
+    known = [(i, seq, _fresh_tokens.get((i, seq))) for i, seq in rows]
+    missing = [seq for _, seq, got in known if got is None]
+    if missing:
+        made = {}
+        for i, seq, space, kind, toks in con.execute(f"""
+            SELECT id, seq, space_id, kind, list(stem(tok, 'porter')) FILTER (WHERE tok <> '')
+            FROM (SELECT id, seq, space_id, kind, {_TOKENS} AS tok FROM memories
+                  WHERE seq IN ({", ".join(str(int(s)) for s in missing)}))
+            GROUP BY id, seq, space_id, kind
+        """).fetchall():
+            counts = Counter(toks or ())
+            made[(i, seq)] = (space, kind, counts, sum(counts.values()))
+            _fresh_tokens.put((i, seq), made[(i, seq)])
+        known = [(i, seq, got if got is not None else made.get((i, seq))) for i, seq, got in known]
+    # Rows without a token do not count, as in the index.
+    return [(i, got[0], got[1], got[2], got[3]) for i, _, got in known if got is not None and got[3]]
+
+
+def _index_top(con: Conn, stems: list[str], idf: dict[str, float], avgdl: float, space_ids: Sequence[str],
+               kinds: Sequence[str] | None, over: int) -> list[tuple[str, float, str | None]]:
+    """The index's best `over` rows of the allowed spaces (and every row tied with the last of
+    them), with the current id and status of the row version they were built from (None when
+    it is gone or was rewritten): the snapshot proposes, the table decides."""
+    weight = "CASE term " + " ".join(f"WHEN {sql_strings([t])} THEN {_double(idf[t])}" for t in stems) + " END"
+    kind_filter = f"AND kind IN ({sql_strings(kinds)})" if kinds else ""
+    rows = con.execute(f"""
+        WITH scored AS MATERIALIZED (
+            SELECT doc, sum({weight} * tf * {_double(K1 + 1)}
+                            / (tf + {_double(K1)} * ({_double(1 - B)} + {_double(B)} * len / {_double(avgdl)}))) AS score
+            FROM {POSTINGS}
+            WHERE term IN ({sql_strings(stems)}) AND space_id IN ({sql_strings(space_ids)}) {kind_filter}
+            GROUP BY doc
+        ),
+        cut AS (SELECT round(score, 9) AS r FROM scored ORDER BY r DESC LIMIT 1 OFFSET {int(over) - 1}),
+        top AS MATERIALIZED (SELECT doc, score FROM scored WHERE round(score, 9) >= coalesce((SELECT r FROM cut), -1e308))
+        SELECT m.id, top.score, m.status FROM top LEFT JOIN memories m ON m.seq = top.doc
+    """).fetchall()
+    return [(r[0], float(r[1]), r[2] if r[0] is not None else None) for r in rows]

@@ -1,0 +1,480 @@
+"""The Official Account callback channel against a client playing WeChat and a fake API server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bot.channel import Channel
+from adapters.wechat.mp.adapter import TEXT_LIMIT_BYTES, WechatMpAdapter, split_for_wechat
+from adapters.wechat.mp.xml_codec import XmlError, build_text_reply, parse_inbound
+from bot.errors import ChannelError, ConfigError
+from bot.message import Kind, Message, Reply
+from tests.fakes.clock import FakeClock
+from tests.fakes.wechat_mp import ACCOUNT_ID, FakeMpApi, SentMessage, WechatClient, make_aes_key
+
+TOKEN = "tok-4c1d9e0f7a"
+APP_ID = "wx5f3e2d1c0b9a8877"
+SECRET = "sec-9b8a7c6d5e4f3a2b1c0d"
+OPENID = "oUser-alice-0001"
+AES_KEY = make_aes_key()
+
+BILLION_LAUGHS = (
+    '<?xml version="1.0"?><!DOCTYPE xml [<!ENTITY a "aaaaaaaaaa">'
+    '<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;"><!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;">'
+    '<!ENTITY d "&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;">]>'
+    f"<xml><ToUserName>{ACCOUNT_ID}</ToUserName><FromUserName>{OPENID}</FromUserName>"
+    "<CreateTime>1767225600</CreateTime><MsgType>text</MsgType><Content>&d;</Content><MsgId>1</MsgId></xml>"
+)
+EXTERNAL_ENTITY = (
+    '<?xml version="1.0"?><!DOCTYPE xml [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>'
+    f"<xml><ToUserName>{ACCOUNT_ID}</ToUserName><FromUserName>{OPENID}</FromUserName>"
+    "<CreateTime>1767225600</CreateTime><MsgType>text</MsgType><Content>&xxe;</Content><MsgId>2</MsgId></xml>"
+)
+
+
+class Gateway:
+    """Records what the adapter hands over; `on_message` plays the gateway's reaction."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.on_message: Callable[[Message], Awaitable[None]] | None = None
+        self.tasks: list[asyncio.Task] = []
+
+    async def __call__(self, message: Message) -> None:
+        self.messages.append(message)
+        if self.on_message is not None:
+            await self.on_message(message)
+
+    def reply_later(self, adapter: WechatMpAdapter, text_for: Callable[[Message], str]) -> None:
+        """Like the real gateway: queue the message, answer from another task."""
+
+        async def on_message(message: Message) -> None:
+            reply = Reply(channel="wechat_mp", chat_id=message.chat_id, text=text_for(message), reply_to=message.message_id)
+            self.tasks.append(asyncio.create_task(adapter.send(reply)))
+
+        self.on_message = on_message
+
+
+@pytest.fixture
+async def api():
+    async with FakeMpApi(APP_ID, SECRET) as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def running(api: FakeMpApi, *, aes_key: str | None = None, passive_timeout: float = 2.0, clock=None, **client_kw):
+    adapter = WechatMpAdapter(
+        token=TOKEN,
+        app_id=APP_ID,
+        app_secret=SECRET,
+        encoding_aes_key=aes_key,
+        port=0,
+        api_base=api.base,
+        passive_timeout=passive_timeout,
+        clock=clock,
+    )
+    gateway = Gateway()
+    await adapter.start(gateway)
+    client_kw.setdefault("retry_interval", 0.01)
+    client = WechatClient(adapter.url, TOKEN, APP_ID, aes_key, **client_kw)
+    try:
+        yield adapter, gateway, client
+    finally:
+        await asyncio.gather(*gateway.tasks, return_exceptions=True)
+        await adapter.stop()
+
+
+def reply(text: str, chat_id: str = OPENID, **kw) -> Reply:
+    return Reply(channel="wechat_mp", chat_id=chat_id, text=text, **kw)
+
+
+def no_space(text: str) -> str:
+    return "".join(text.split())
+
+
+# -- lifecycle and URL verification -------------------------------------------------------------------
+
+
+async def test_is_a_channel_and_binds_an_ephemeral_port(api):
+    async with running(api) as (adapter, _, _client):
+        assert isinstance(adapter, Channel)
+        assert adapter.port > 0
+        assert adapter.url == f"http://127.0.0.1:{adapter.port}/wechat"
+        async with adapter.typing(Message("wechat_mp", OPENID, OPENID, "x", datetime.now(UTC))):
+            pass
+
+
+async def test_url_verification_echoes_echostr(api):
+    async with running(api) as (_, _, client):
+        assert await client.verify_url("echo-123") == (200, "echo-123")
+
+
+async def test_url_verification_with_a_forged_signature_is_refused(api):
+    async with running(api) as (adapter, _, client):
+        status, text = await client.verify_url("echo-123", forge=True)
+        assert status == 403
+        assert "echo-123" not in text
+        assert adapter.stats.bad_signature == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"passive_timeout": 5.0}, {"passive_timeout": 0}, {"encoding_aes_key": "too-short"}, {"token": ""}],
+)
+def test_bad_configuration_is_a_config_error(kwargs):
+    base = dict(token=TOKEN, app_id=APP_ID, app_secret=SECRET, encoding_aes_key=None)
+    with pytest.raises(ConfigError):
+        WechatMpAdapter(**(base | kwargs))
+
+
+# -- round trips ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("aes_key", [None, AES_KEY], ids=["plain", "safe"])
+async def test_round_trip_answers_passively(api, aes_key):
+    async with running(api, aes_key=aes_key) as (adapter, gateway, client):
+        gateway.reply_later(adapter, lambda m: f"echo: {m.text}")
+        result = await client.push(client.text_xml(OPENID, "你好 hello", msg_id="77001", create_time=1767225600))
+        assert result.status == 200
+        # In safe mode the client has checked the msg_signature and decrypted the reply.
+        assert result.reply is not None
+        assert result.reply.content == "echo: 你好 hello"
+        assert (result.reply.to_user, result.reply.from_user, result.reply.msg_type) == (OPENID, ACCOUNT_ID, "text")
+        if aes_key:
+            assert "echo" not in result.body  # nothing in clear on the wire
+        [message] = gateway.messages
+        assert message == Message(
+            channel="wechat_mp",
+            chat_id=OPENID,
+            sender_id=OPENID,
+            text="你好 hello",
+            timestamp=datetime(2026, 1, 1, tzinfo=UTC),
+            is_group=False,
+            message_id="77001",
+            kind=Kind.TEXT,
+        )
+        assert api.sent == []
+        assert adapter.stats.passive_replies == 1
+
+
+async def test_reply_sent_from_inside_inbound_is_passive(api):
+    async with running(api) as (adapter, gateway, client):
+
+        async def answer_now(message: Message) -> None:
+            await adapter.send(reply("at once"))
+
+        gateway.on_message = answer_now
+        result = await client.push(client.text_xml(OPENID, "hi"))
+        assert result.reply is not None and result.reply.content == "at once"
+        assert api.sent == []
+
+
+async def test_markdown_reply_is_sent_as_plain_text(api):
+    async with running(api) as (adapter, gateway, client):
+        gateway.reply_later(adapter, lambda m: "**bold** and `code`")
+        result = await client.push(client.text_xml(OPENID, "hi"))
+        assert result.reply is not None
+        assert "**" not in result.reply.content and "`" not in result.reply.content
+        assert "bold" in result.reply.content and "code" in result.reply.content
+
+
+# -- retries and deduplication ------------------------------------------------------------------------
+
+
+async def test_retry_while_waiting_is_processed_once_and_gets_the_passive_reply(api):
+    # The client gives up on the first attempt after 0.5 s (as WeChat does after 5 s) and retries.
+    async with running(api, passive_timeout=4.0, timeout=0.5) as (adapter, gateway, client):
+        push = asyncio.create_task(client.push(client.text_xml(OPENID, "slow one", msg_id="88001")))
+        try:
+            async with asyncio.timeout(10):  # a guard against hanging, not a timing assertion
+                await client.wait_attempts(2)
+                while adapter.stats.duplicates < 1:  # the retry has reached the adapter and waits too
+                    await asyncio.sleep(0.01)
+            await adapter.send(reply("answer for the retry"))
+            result = await push
+        finally:
+            push.cancel()
+            await asyncio.gather(push, return_exceptions=True)
+        assert result.attempts >= 2  # 2, unless a loaded machine made the client give up twice
+        assert result.reply is not None and result.reply.content == "answer for the retry"
+        assert len(gateway.messages) == 1
+        assert api.sent == []
+
+
+async def test_retry_after_the_reply_gets_the_same_reply(api):
+    async with running(api, aes_key=AES_KEY) as (adapter, gateway, client):
+        gateway.reply_later(adapter, lambda m: "only once")
+        xml = client.text_xml(OPENID, "hello", msg_id="88002")
+        first = await client.push(xml)
+        again = await client.push(xml)  # WeChat never saw the first response
+        assert first.reply is not None and again.reply is not None
+        assert again.reply.content == first.reply.content == "only once"
+        assert len(gateway.messages) == 1
+        assert adapter.stats.duplicates == 1
+
+
+async def test_retry_after_an_api_reply_answers_success_at_once(api):
+    async with running(api, passive_timeout=0.2) as (adapter, gateway, client):
+        xml = client.text_xml(OPENID, "hello", msg_id="88003")
+        first = await client.push(xml)
+        assert first.body == "success"
+        await adapter.send(reply("late"))
+        again = await client.push(xml)
+        assert again.body == "success" and again.reply is None
+        assert len(gateway.messages) == 1
+        assert api.sent == [SentMessage(OPENID, "late")]
+
+
+async def test_repeated_event_is_one_message(api):
+    async with running(api, passive_timeout=0.2) as (_, gateway, client):
+        xml = client.event_xml(OPENID, "subscribe", create_time=1767225600)
+        await client.push(xml)
+        await client.push(xml)
+        [message] = gateway.messages
+        assert (message.kind, message.text, message.chat_id) == (Kind.OTHER, "", OPENID)
+
+
+# -- slow and long replies -------------------------------------------------------------------------------
+
+
+async def test_slow_reply_goes_through_the_customer_service_api(api):
+    async with running(api, passive_timeout=0.3) as (adapter, gateway, client):
+        result = await client.push(client.text_xml(OPENID, "think hard"))
+        assert result.status == 200 and result.body == "success" and result.reply is None
+        assert len(gateway.messages) == 1
+        # The gateway answers after the passive window closed.
+        await adapter.send(reply("thought about it", reply_to=gateway.messages[0].message_id))
+        assert api.sent == [SentMessage(OPENID, "thought about it")]
+        assert api.token_requests == 1
+        assert adapter.stats.api_messages == 1 and adapter.stats.passive_replies == 0
+
+
+async def test_long_reply_is_split_at_2048_bytes(api):
+    paragraphs = [f"第{i}段：" + "这是一段很长的中文回答内容" * 30 for i in range(6)]
+    text = "\n\n".join(paragraphs)
+    assert len(text.encode()) > 3 * TEXT_LIMIT_BYTES
+    async with running(api) as (adapter, gateway, client):
+        gateway.reply_later(adapter, lambda m: text)
+        result = await client.push(client.text_xml(OPENID, "tell me everything"))
+        await asyncio.gather(*gateway.tasks)
+        assert result.reply is not None
+        parts = [result.reply.content] + [m.content for m in api.sent]
+        assert len(parts) >= 4
+        assert all(len(part.encode()) <= TEXT_LIMIT_BYTES for part in parts)
+        assert all(m.touser == OPENID for m in api.sent)
+        assert no_space("".join(parts)) == no_space(text)
+
+
+def test_split_for_wechat_counts_bytes_not_characters():
+    text = "字" * 2000  # 2000 characters, 6000 bytes
+    parts = split_for_wechat(text)
+    assert len(parts) == 3
+    assert all(len(p.encode()) <= TEXT_LIMIT_BYTES for p in parts)
+    assert "".join(parts) == text
+
+
+# -- access token ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("errcode", [40001, 42001])
+async def test_refused_access_token_is_refreshed(api, errcode):
+    async with running(api) as (adapter, _, _client):
+        await adapter.send(reply("one"))
+        api.fail_next(errcode)
+        await adapter.send(reply("two"))
+        assert api.sent == [SentMessage(OPENID, "one"), SentMessage(OPENID, "two")]
+        assert api.token_requests == 2
+        assert adapter.stats.token_fetches == 2
+
+
+async def test_expired_access_token_is_refreshed(api):
+    async with running(api) as (adapter, _, _client):
+        await adapter.send(reply("one"))
+        api.expire_tokens()
+        await adapter.send(reply("two"))
+        assert [m.content for m in api.sent] == ["one", "two"]
+        assert api.token_requests == 2
+
+
+async def test_access_token_is_renewed_before_it_expires():
+    clock = FakeClock()
+    async with FakeMpApi(APP_ID, SECRET, expires_in=7200) as api:
+        async with running(api, clock=clock) as (adapter, _, _client):
+            await adapter.send(reply("one"))
+            clock.advance(seconds=7200 - 310)
+            await adapter.send(reply("two"))
+            assert api.token_requests == 1
+            clock.advance(seconds=20)  # now within 5 minutes of expiry
+            await adapter.send(reply("three"))
+            assert api.token_requests == 2
+            assert api.send_requests == 3  # renewed ahead: no send was refused
+            assert [m.content for m in api.sent] == ["one", "two", "three"]
+
+
+async def test_wrong_app_secret_is_a_channel_error(api):
+    api.app_secret = "something else"
+    async with running(api) as (adapter, _, _client):
+        with pytest.raises(ChannelError):
+            await adapter.send(reply("one"))
+        assert adapter.stats.api_failures == 1
+        assert api.sent == []
+
+
+async def test_refused_send_is_a_channel_error(api):
+    async with running(api) as (adapter, _, _client):
+        api.fail_next(45015)  # reply window over
+        with pytest.raises(ChannelError, match="45015"):
+            await adapter.send(reply("one"))
+        assert adapter.stats.api_failures == 1
+
+
+async def test_unreachable_api_is_a_channel_error(api):
+    async with running(api) as (adapter, _, _client):
+        await api.__aexit__(None, None, None)
+        with pytest.raises(ChannelError):
+            await adapter.send(reply("one"))
+
+
+# -- rejected pushes ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("aes_key", [None, AES_KEY], ids=["plain", "safe"])
+async def test_forged_signature_is_refused_and_never_processed(api, aes_key):
+    async with running(api, aes_key=aes_key) as (adapter, gateway, client):
+        result = await client.push(client.text_xml(OPENID, "let me in"), forge=True)
+        assert result.status == 403
+        assert result.attempts == 1
+        assert gateway.messages == []
+        assert adapter.stats.bad_signature == 1
+
+
+async def test_safe_mode_push_for_another_app_is_rejected(api):
+    async with running(api, aes_key=AES_KEY) as (_, gateway, client):
+        client.app_id = "wxsomeoneelse000"
+        result = await client.push(client.text_xml(OPENID, "hi"))
+        assert result.status == 400
+        assert gateway.messages == []
+
+
+@pytest.mark.parametrize("offset", [-301, 301])
+async def test_stale_timestamp_is_refused_as_a_replay(api, offset):
+    import time
+
+    async with running(api) as (adapter, gateway, client):
+        result = await client.push(client.text_xml(OPENID, "old"), timestamp=int(time.time()) + offset)
+        assert result.status == 403
+        assert gateway.messages == []
+        assert adapter.stats.stale_timestamp == 1
+
+
+@pytest.mark.parametrize("payload", [BILLION_LAUGHS, EXTERNAL_ENTITY], ids=["billion-laughs", "external-entity"])
+@pytest.mark.parametrize("aes_key", [None, AES_KEY], ids=["plain", "safe"])
+async def test_entity_tricks_are_rejected_and_never_processed(api, payload, aes_key):
+    async with running(api, aes_key=aes_key) as (adapter, gateway, client):
+        result = await client.push(payload)  # safe mode: the hostile XML arrives encrypted and signed
+        assert result.status == 400
+        assert gateway.messages == []
+        assert adapter.stats.malformed == 1
+
+
+async def test_entity_tricks_in_the_safe_mode_envelope_are_rejected(api):
+    async with running(api, aes_key=AES_KEY) as (_, gateway, client):
+        result = await client.push("", raw_body=BILLION_LAUGHS.encode())
+        assert result.status == 400
+        assert gateway.messages == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"not xml at all", b"<xml><ToUserName>x</ToUserName>", b"<other/>", b"<xml><MsgType>text</MsgType></xml>",
+     b"<xml><ToUserName>a</ToUserName><FromUserName>b</FromUserName><CreateTime>soon</CreateTime>"
+     b"<MsgType>text</MsgType></xml>", b'<?xml version="1.0" encoding="bogus"?><xml/>', b"<xml>" + b"a" * 300_000],
+    ids=["empty", "text", "unclosed", "wrong-root", "missing-fields", "bad-time", "bad-encoding", "too-large"],
+)
+async def test_malformed_xml_is_rejected(api, body):
+    async with running(api) as (adapter, gateway, client):
+        result = await client.push("", raw_body=body)
+        assert result.status == 400
+        assert gateway.messages == []
+        assert adapter.stats.malformed == 1
+
+
+@given(st.binary(max_size=300) | st.text(max_size=300).map(lambda t: ("<xml>" + t + "</xml>").encode()))
+def test_parser_raises_only_xml_error_on_junk(body):
+    with contextlib.suppress(XmlError):
+        parse_inbound(body)
+
+
+@given(st.text(max_size=300), st.text(alphabet="abcdefghijklmnopqrstuvwxyz-_0123456789", min_size=1, max_size=30))
+def test_passive_reply_xml_round_trips(content, openid):
+    push = parse_inbound(build_text_reply(to_user=openid, from_user=ACCOUNT_ID, create_time=1767225600, content=content))
+    assert (push.to_user, push.from_user, push.create_time, push.msg_type) == (openid, ACCOUNT_ID, 1767225600, "text")
+    # The parser strips the XML's outer whitespace (and carriage returns are newlines in XML);
+    # characters XML cannot carry are dropped; everything else comes back.
+    kept = "".join(c for c in content if c in "\t\n\r" or not (ord(c) < 0x20 or c in "\ufffe\uffff"))
+    assert push.content == kept.replace("\r\n", "\n").replace("\r", "\n").strip()
+
+
+# -- message kinds ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("msg_type", "extra", "kind", "text"),
+    [
+        ("voice", "<MediaId>m</MediaId><Format>amr</Format><Recognition>明天天气</Recognition>", Kind.TEXT, "明天天气"),
+        ("voice", "<MediaId>m</MediaId><Format>amr</Format>", Kind.VOICE, ""),
+        ("image", "<PicUrl>http://x/y.jpg</PicUrl><MediaId>m</MediaId>", Kind.PHOTO, ""),
+        ("video", "<MediaId>m</MediaId>", Kind.VIDEO, ""),
+        ("location", "<Location_X>1</Location_X><Location_Y>2</Location_Y>", Kind.OTHER, ""),
+        ("link", "<Title>t</Title><Url>http://x</Url>", Kind.OTHER, ""),
+    ],
+)
+async def test_media_pushes_become_their_kind(api, msg_type, extra, kind, text):
+    async with running(api, passive_timeout=0.2) as (_, gateway, client):
+        await client.push(client.media_xml(OPENID, msg_type, extra))
+        [message] = gateway.messages
+        assert (message.kind, message.text) == (kind, text)
+
+
+async def test_events_other_than_subscribe_are_ignored(api):
+    async with running(api, passive_timeout=0.2) as (adapter, gateway, client):
+        result = await client.push(client.event_xml(OPENID, "unsubscribe"))
+        assert result.body == "success"
+        assert gateway.messages == []
+        assert adapter.stats.ignored == 1
+
+
+async def test_subscribe_can_be_greeted_passively(api):
+    async with running(api) as (adapter, gateway, client):
+        gateway.reply_later(adapter, lambda m: "welcome")
+        result = await client.push(client.event_xml(OPENID, "subscribe"))
+        assert result.reply is not None and result.reply.content == "welcome"
+
+
+# -- secrets -------------------------------------------------------------------------------------------------
+
+
+async def test_secrets_never_reach_the_log(api, caplog):
+    caplog.set_level(logging.DEBUG)
+    async with running(api, aes_key=AES_KEY, passive_timeout=0.2) as (adapter, gateway, client):
+        await client.push(client.text_xml(OPENID, "hi"))
+        await adapter.send(reply("one"))
+        api.fail_next(42001)
+        await adapter.send(reply("two"))
+        api.fail_next(45015)
+        with pytest.raises(ChannelError):
+            await adapter.send(reply("three"))
+        await client.push(client.text_xml(OPENID, "x"), forge=True)
+        issued = api.issued_tokens
+    assert len(issued) == 2
+    logged = caplog.text
+    for secret in (TOKEN, SECRET, AES_KEY, *issued):
+        assert secret not in logged
