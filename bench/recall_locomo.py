@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from memory.embed import LocalE5Embedder  # noqa: E402
 from memory.store.keywords import rebuild_index  # noqa: E402
 from memory.ingest.raw import RawMessage, store_raw  # noqa: E402
-from memory.recall.search import Recaller, RecallSettings, render_block  # noqa: E402
+from memory.recall.block import render_block  # noqa: E402
+from memory.recall.search import Recaller, RecallSettings  # noqa: E402
 from memory.store.connection import Store  # noqa: E402
 from memory.text import estimate_tokens  # noqa: E402
 

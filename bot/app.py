@@ -22,6 +22,7 @@ from bot.commands import Commands
 from bot.config import Settings
 from bot.gateway import Gateway, GatewaySettings
 from bot.sessions import SESSION_MIGRATIONS, Sessions
+from bot.task_wiring import TaskHost, wire_tasks
 from bot.tools import ToolBox
 from memory.embed import Embedder, LiteLLMEmbedder, LocalE5Embedder
 from memory.engine import MemoryEngine
@@ -195,7 +196,10 @@ def _wire_tasks_and_jobs(app: App, tools: ToolBox, embedder: Embedder) -> None:
             JobSpec("flush_usage", flush_usage, timedelta(minutes=1)),
             JobSpec("retry_ingest", retry_ingest, timedelta(minutes=s.retry_ingest_minutes))]
     if app.memory_llm is not None:
-        from bot.task_wiring import wire_tasks
-
-        jobs += wire_tasks(app, tools, embedder)
+        wired = wire_tasks(TaskHost(store=app.store, engine=engine, llm=app.memory_llm, embedder=embedder,
+                                    tools=tools, commands=app.commands, agent=app.gateway.agent,
+                                    data_path=app.settings.data_path, schedule=s, clock=app.clock))
+        app.extras["tasks"] = wired.tasks
+        app.extras["skills"] = wired.skills
+        jobs += wired.jobs
     app.extras["scheduler"] = Scheduler(app.store, clock=app.clock, jobs=jobs)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from bot.access import Access, Allowed, Role
 from bot.errors import MemgateError
@@ -21,14 +21,18 @@ from bot.message import Document, Message, Reply
 from bot.tools import ToolContext
 from memory.ingest.capture import pending_count
 from memory.engine import MemoryEngine
-from memory.recall.search import humanize_age
+from memory.recall.block import humanize_age
 from memory.text import trim
-
-if TYPE_CHECKING:
-    from bot.gateway import Gateway
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("memgate.audit")
+
+
+class Conversations(Protocol):
+    """What commands may ask of the gateway (a Protocol, so commands never import the gateway)."""
+
+    async def new_session(self, msg: Message, allowed: Allowed) -> None:
+        """Start a new conversation session for the sender of `msg`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +40,7 @@ class CommandContext:
     msg: Message
     allowed: Allowed
     tools: ToolContext
-    gateway: Gateway | None = None
+    gateway: Conversations | None = None
 
     @property
     def args(self) -> str:

@@ -3,7 +3,10 @@ the chat commands and the scheduler jobs."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.scheduler import JobSpec
@@ -14,8 +17,12 @@ from memory.tasks.skills import SkillEvolver
 from memory.tasks.processor import TaskProcessor
 
 if TYPE_CHECKING:
-    from bot.app import App
-    from bot.commands import CommandContext
+    from bot.agent import Agent
+    from bot.commands import CommandContext, Commands
+    from bot.config import SchedulerConfig
+    from memory.engine import MemoryEngine
+    from memory.llm import LLM
+    from memory.store.connection import Store
 
 TASK_TOOL_SCHEMAS = {
     "task_summary": function_schema("task_summary", "Read the summary of a past task (ids of kind 'task' appear in memory results).",
@@ -29,16 +36,39 @@ TASK_TOOL_SCHEMAS = {
 }
 
 
-def wire_tasks(app: App, tools: ToolBox, embedder: Embedder) -> list[JobSpec]:
-    """Create the TaskProcessor and SkillEvolver, register their tools and commands; return jobs."""
-    llm = app.memory_llm
-    tasks = TaskProcessor(app.store, embedder, llm, clock=app.clock)
-    skills = SkillEvolver(app.store, embedder, llm, app.settings.data_path, clock=app.clock)
-    app.extras["tasks"] = tasks
-    app.extras["skills"] = skills
-    app.engine.worker.on_ingested = tasks.assign
-    if app.gateway.agent is not None:
-        app.gateway.agent.skills = skills
+@dataclass(frozen=True, slots=True)
+class TaskHost:
+    """What task wiring needs from the composition root, handed over so it never imports the app."""
+
+    store: Store
+    engine: MemoryEngine
+    llm: LLM
+    embedder: Embedder
+    tools: ToolBox
+    commands: Commands
+    agent: Agent | None
+    data_path: Path
+    schedule: SchedulerConfig
+    clock: Callable[[], datetime]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskWiring:
+    """What wiring made: the processor, the evolver and their scheduler jobs."""
+
+    tasks: TaskProcessor
+    skills: SkillEvolver
+    jobs: list[JobSpec]
+
+
+def wire_tasks(host: TaskHost) -> TaskWiring:
+    """Create the TaskProcessor and SkillEvolver, register their tools and commands and jobs."""
+    tools = host.tools
+    tasks = TaskProcessor(host.store, host.embedder, host.llm, clock=host.clock)
+    skills = SkillEvolver(host.store, host.embedder, host.llm, host.data_path, clock=host.clock)
+    host.engine.worker.on_ingested = tasks.assign
+    if host.agent is not None:
+        host.agent.skills = skills
 
     async def task_summary(args: dict, ctx: ToolContext) -> Any:
         view = await tasks.summary(str(args["id"]), ctx.space_ids)
@@ -81,11 +111,11 @@ def wire_tasks(app: App, tools: ToolBox, embedder: Embedder) -> list[JobSpec]:
             return f"No skill named {ctx.args}."
         return format_skill(s, await skills.history(s.id, ctx.tools.space_ids))
 
-    app.commands.register("tasks", cmd_tasks, "/tasks [ID]: recent tasks and their status")
-    app.commands.register("skills", cmd_skills, "/skills [query]: skills learned from your tasks")
-    app.commands.register("skill", cmd_skill, "/skill NAME: a skill's SKILL.md and its versions")
+    host.commands.register("tasks", cmd_tasks, "/tasks [ID]: recent tasks and their status")
+    host.commands.register("skills", cmd_skills, "/skills [query]: skills learned from your tasks")
+    host.commands.register("skill", cmd_skill, "/skill NAME: a skill's SKILL.md and its versions")
 
-    s = app.settings.scheduler
+    s = host.schedule
 
     async def close_tasks() -> None:
         await tasks.close_idle()
@@ -93,5 +123,6 @@ def wire_tasks(app: App, tools: ToolBox, embedder: Embedder) -> list[JobSpec]:
     async def evolve_skills() -> None:
         await skills.evolve_pending()
 
-    return [JobSpec("close_tasks", close_tasks, timedelta(minutes=s.close_tasks_minutes)),
+    jobs = [JobSpec("close_tasks", close_tasks, timedelta(minutes=s.close_tasks_minutes)),
             JobSpec("evolve_skills", evolve_skills, timedelta(minutes=s.evolve_skills_minutes))]
+    return TaskWiring(tasks=tasks, skills=skills, jobs=jobs)

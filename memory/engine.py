@@ -23,7 +23,8 @@ from memory.llm import LLM
 from memory.store.rows import (
     RECORD_COLUMNS, MemoryRecord, NewMemory, bump_seq, ensure_space, get_records, insert_memories, to_record, utc_naive,
 )
-from memory.recall.search import MemoryHit, Recaller, RecallSettings, render_block
+from memory.recall.block import render_block
+from memory.recall.search import MemoryHit, Recaller, RecallSettings
 from memory.store.connection import Conn, Store, vectors_literal
 from memory.text import content_hash, normalize, set_jieba_cache_dir, trim
 

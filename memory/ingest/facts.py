@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from memory.store.keywords import keyword_candidates
 from memory.store.rows import NewMemory, add_sources, bump_seq, insert_memories, new_id, utc_naive
-from memory.recall.search import humanize_age
+from memory.recall.block import humanize_age
 from memory.store.connection import Conn
 from memory.text import query_terms, tokenize
 from memory.store.vectors import vector_candidates

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from memory.recall import ranking
 from memory.store.keywords import keyword_candidates, rebuild_index
 from memory.store.rows import NewMemory, insert_memories
-from memory.recall.search import MemoryHit, Recaller, RecallSettings, render_block
+from memory.recall.block import render_block
+from memory.recall.search import MemoryHit, Recaller, RecallSettings
 from memory.store.connection import Store
 from memory.text import MEMORY_CLOSE, MEMORY_OPEN, estimate_tokens, query_terms
 

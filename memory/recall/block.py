@@ -1,0 +1,66 @@
+"""The injected block: recalled memories rendered as one <memory-context> data block, with
+ages a person would say ("3 days ago") and a token budget."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from memory.prompts import MEMORY_BLOCK_HEADER
+from memory.recall import ranking
+from memory.recall.search import MemoryHit
+from memory.store.rows import utc_naive
+from memory.text import MEMORY_CLOSE, MEMORY_OPEN, estimate_tokens
+
+
+def fold_overlapping(hits: Sequence[MemoryHit], threshold: float = 0.7) -> list[MemoryHit]:
+    """Fold hits whose words overlap more than `threshold` into the higher-ranked one."""
+    kept: list[MemoryHit] = []
+    for h in hits:
+        if all(ranking.word_overlap(h.text, k.text) <= threshold for k in kept):
+            kept.append(h)
+    return kept
+
+
+def humanize_age(created_at: datetime, now: datetime) -> str:
+    """'today', 'yesterday', '3 days ago', '2 weeks ago', '5 months ago', '2 years ago'."""
+    days = (utc_naive(now) - utc_naive(created_at)).total_seconds() / 86400
+    if days < 1:
+        return "today"
+    if days < 2:
+        return "yesterday"
+    if days < 14:
+        return f"{int(days)} days ago"
+    if days < 60:
+        return f"{int(days // 7)} weeks ago"
+    if days < 730:
+        return f"{int(days // 30)} months ago"
+    return f"{int(days // 365)} years ago"
+
+
+_KIND_LABEL = {"fact": "fact", "chunk": "said", "task": "task", "skill": "skill"}
+
+
+def render_block(hits: Sequence[MemoryHit], now: datetime, *, max_items: int = 6, max_tokens: int = 800,
+                 fold: float = 0.7) -> str:
+    """The <memory-context> block injected before the user's message ('' when no hit fits)."""
+    lines: list[str] = []
+    budget = max_tokens - estimate_tokens(MEMORY_BLOCK_HEADER) - 8
+    for h in fold_overlapping(hits, fold)[:max_items]:
+        who = f" {h.speaker}" if h.kind == "chunk" and h.speaker else (" user" if h.role == "user" else "")
+        pin = ", pinned" if h.pinned else ""
+        text = " ".join(h.text.split())
+        line = f"- [{h.id}] ({_KIND_LABEL.get(h.kind, h.kind)}{who}, {humanize_age(h.created_at, now)}"\
+               f", {utc_naive(h.created_at):%Y-%m-%d}{pin}) {text}"
+        cost = estimate_tokens(line)
+        if cost > budget:
+            if budget > 40 and not lines:
+                line = line[: budget * 3] + "…"
+                cost = budget
+            else:
+                break
+        lines.append(line)
+        budget -= cost
+    if not lines:
+        return ""
+    return "\n".join([MEMORY_OPEN, MEMORY_BLOCK_HEADER, *lines, MEMORY_CLOSE])
