@@ -1,0 +1,65 @@
+"""The reliability ledger: every scenario counts what went in and what came out.
+
+A scenario is an async function that drives the real bot (real DuckDB file, real channel client
+against its protocol fake, real subprocesses for crashes) and returns a `Counts`. Tests assert
+`lost == 0` and `leaked == 0` for each; `bench/reliability.py` runs them all and prints the table.
+Register with `@scenario("telegram: SIGKILL during the reply")`; the module must be listed in
+SCENARIO_MODULES so the bench finds it without importing pytest machinery.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+SCENARIO_MODULES = (
+    # one line per module that registers scenarios, e.g. "tests.reliability.test_inbox"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """What one scenario saw. `lost` = accepted but never answered or stored; `leaked` = any
+    byte of one person's memory, secret or reply reaching someone it must not (or a log/prompt
+    it must not)."""
+
+    scenario: str
+    messages_in: int
+    answered: int
+    stored: int
+    lost: int
+    leaked: int
+    answered_twice: int = 0
+    note: str = ""
+
+
+Scenario = Callable[[Path], Awaitable[Counts]]
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def scenario(name: str) -> Callable[[Scenario], Scenario]:
+    """Register a scenario under a table row name."""
+
+    def register(fn: Scenario) -> Scenario:
+        if name in SCENARIOS and SCENARIOS[name] is not fn:
+            raise ValueError(f"scenario {name!r} registered twice")
+        SCENARIOS[name] = fn
+        return fn
+
+    return register
+
+
+def load_all() -> dict[str, Scenario]:
+    """Import every scenario module and return the registry."""
+    for module in SCENARIO_MODULES:
+        importlib.import_module(module)
+    return SCENARIOS
+
+
+def assert_safe(counts: Counts) -> None:
+    """The guarantee every scenario checks."""
+    assert counts.lost == 0, counts
+    assert counts.leaked == 0, counts
+    assert counts.answered_twice == 0, counts
