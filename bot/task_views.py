@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from memory.store.rows import utc_naive
-from memory.tasks.skills import SkillVersionView, SkillView
+from memory.tasks.skill_library import SkillVersionView, SkillView
 from memory.tasks.processor import TaskView
 from memory.text import trim
 

@@ -25,7 +25,8 @@ from memory.tasks.skill_files import (
     skill_path,
     unique_name,
 )
-from memory.tasks.skills import SkillEvolver, SkillNotFound, related_scores
+from memory.tasks.skill_library import SkillNotFound, related_scores
+from memory.tasks.skills import SkillEvolver
 from memory.store.connection import Store
 from memory.tasks.rules import skill_reject_reason
 from memory.tasks.processor import TaskProcessor

@@ -1,0 +1,125 @@
+"""The memory schema as versioned migrations: spaces, memories (chunks, facts, task summaries,
+skills in one table so one vector scan and one keyword index serve every source), provenance,
+the durable ingest queue, tasks, skills and LLM usage.
+
+Other layers add their own tables as `Migration`s with their own version numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema step. `sql` may contain `{dim}` (the embedding dimension)."""
+
+    version: int
+    name: str
+    sql: str
+
+
+MEMORY_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "memory core",
+        """
+        CREATE SEQUENCE IF NOT EXISTS memory_seq;
+        CREATE TABLE spaces (
+            id VARCHAR PRIMARY KEY,
+            kind VARCHAR NOT NULL,              -- user | group | public | agent
+            name VARCHAR,
+            created_at TIMESTAMP NOT NULL
+        );
+        -- Everything recall can find lives here, one row per chunk, fact, task summary or skill,
+        -- so one vector scan and one FTS index serve every source.
+        CREATE TABLE memories (
+            id VARCHAR PRIMARY KEY,
+            seq BIGINT NOT NULL DEFAULT nextval('memory_seq'),  -- bumped on every text change: FTS freshness
+            space_id VARCHAR NOT NULL,
+            kind VARCHAR NOT NULL,              -- chunk | fact | task | skill
+            role VARCHAR,                       -- chunk: user | assistant | tool
+            speaker VARCHAR,
+            title VARCHAR NOT NULL,             -- chunk retrieval title, task title, skill name
+            text VARCHAR NOT NULL,
+            search_text VARCHAR NOT NULL,       -- jieba/regex tokens joined by spaces
+            content_hash VARCHAR,
+            embedding FLOAT[{dim}],
+            category VARCHAR,
+            tags VARCHAR[],
+            pinned BOOLEAN NOT NULL DEFAULT false,
+            status VARCHAR NOT NULL DEFAULT 'active',  -- active | retired | archived | deleted
+            superseded_by VARCHAR,
+            merge_history VARCHAR,              -- JSON list of merged versions
+            session_id VARCHAR,
+            turn_id VARCHAR,
+            task_id VARCHAR,
+            needs_facts BOOLEAN NOT NULL DEFAULT false,
+            created_at TIMESTAMP NOT NULL,
+            updated_at TIMESTAMP NOT NULL
+        );
+        CREATE TABLE fact_sources (
+            fact_id VARCHAR NOT NULL,
+            chunk_id VARCHAR NOT NULL,
+            PRIMARY KEY (fact_id, chunk_id)
+        );
+        -- The durable ingest queue. The worker never deletes a row: it marks it done or raw.
+        CREATE TABLE ingest_queue (
+            id VARCHAR PRIMARY KEY,
+            space_id VARCHAR NOT NULL,
+            session_id VARCHAR,
+            turn_id VARCHAR NOT NULL,
+            payload VARCHAR NOT NULL,           -- JSON: messages and their metadata
+            status VARCHAR NOT NULL DEFAULT 'pending',  -- pending | done | raw
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at TIMESTAMP NOT NULL,
+            last_error VARCHAR,
+            created_at TIMESTAMP NOT NULL,
+            done_at TIMESTAMP
+        );
+        CREATE UNIQUE INDEX ingest_turn ON ingest_queue(space_id, turn_id);
+        CREATE TABLE tasks (
+            id VARCHAR PRIMARY KEY,
+            space_id VARCHAR NOT NULL,
+            session_id VARCHAR,
+            status VARCHAR NOT NULL DEFAULT 'open',  -- open | completed | skipped
+            skip_reason VARCHAR,
+            title VARCHAR,
+            summary VARCHAR,
+            first_user_text VARCHAR,
+            chunk_count INTEGER NOT NULL DEFAULT 0,
+            started_at TIMESTAMP NOT NULL,
+            last_at TIMESTAMP NOT NULL,
+            closed_at TIMESTAMP,
+            skill_checked BOOLEAN NOT NULL DEFAULT false
+        );
+        CREATE TABLE skills (
+            id VARCHAR PRIMARY KEY,
+            space_id VARCHAR NOT NULL,
+            name VARCHAR NOT NULL,
+            description VARCHAR NOT NULL,
+            version INTEGER NOT NULL DEFAULT 1,
+            usage_count INTEGER NOT NULL DEFAULT 0,
+            created_at TIMESTAMP NOT NULL,
+            updated_at TIMESTAMP NOT NULL
+        );
+        CREATE TABLE skill_versions (
+            skill_id VARCHAR NOT NULL,
+            version INTEGER NOT NULL,
+            content VARCHAR NOT NULL,
+            changelog VARCHAR,
+            source_task_id VARCHAR,
+            created_at TIMESTAMP NOT NULL,
+            PRIMARY KEY (skill_id, version)
+        );
+        CREATE TABLE llm_usage (
+            called_at TIMESTAMP NOT NULL,
+            purpose VARCHAR NOT NULL,
+            model VARCHAR,
+            ok BOOLEAN NOT NULL,
+            prompt_tokens INTEGER NOT NULL,
+            completion_tokens INTEGER NOT NULL
+        );
+        """,
+    ),
+)
