@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
@@ -25,7 +24,15 @@ import aiohttp
 
 from adapters.wechat.ilink import protocol as proto
 from bot.channel import InboundHandler
-from adapters.wechat.ilink.login import credentials_path, load_credentials, write_private
+from adapters.wechat.ilink.state import (
+    credentials_path,
+    file_stamp,
+    load_context_tokens,
+    load_credentials,
+    load_cursor,
+    save_context_tokens,
+    save_cursor,
+)
 from adapters.wechat.ilink.protocol import Credentials, TypingStatus, UpdatesBatch
 from adapters.plaintext import markdown_to_plain
 from adapters.split import split_message
@@ -35,8 +42,6 @@ from bot.message import Message, Reply
 log = logging.getLogger(__name__)
 
 TEXT_LIMIT = 4000
-CURSOR_FILE = "wechat_sync.json"
-CONTEXT_TOKENS_FILE = "wechat_context_tokens.json"
 LOGIN_HINT = "run `memgate wechat login` and scan the QR code with WeChat"
 # The server holds getupdates up to longpolling_timeout_ms; allow this much more before we call
 # the poll dead (a client-side timeout is an empty batch, not an error).
@@ -266,7 +271,7 @@ class WechatIlinkAdapter:
     async def _expire(self) -> None:
         self.session_expired = True
         self.stats["expired"] += 1
-        self._creds_stamp = _stamp(credentials_path(self.data_dir))
+        self._creds_stamp = file_stamp(credentials_path(self.data_dir))
         text = (
             "WeChat logged the bot out (session expired, errcode -14). Polling has stopped; "
             f"to reconnect, {LOGIN_HINT}. The bot resumes by itself once the new login is saved."
@@ -283,7 +288,7 @@ class WechatIlinkAdapter:
         path = credentials_path(self.data_dir)
         while True:
             await asyncio.sleep(self._check_interval)
-            stamp = _stamp(path)
+            stamp = file_stamp(path)
             if stamp is None or stamp == self._creds_stamp:
                 continue
             creds = load_credentials(self.data_dir)
@@ -298,33 +303,18 @@ class WechatIlinkAdapter:
     def _use_credentials(self, creds: Credentials) -> None:
         """Adopt a login; cursor and context tokens belong to one bot account, so load (or reset) them."""
         self._creds = creds
-        self._creds_stamp = _stamp(credentials_path(self.data_dir))
+        self._creds_stamp = file_stamp(credentials_path(self.data_dir))
         self._tickets.clear()
-        self._cursor = self._load_state(CURSOR_FILE).get("get_updates_buf", "")
-        tokens = self._load_state(CONTEXT_TOKENS_FILE).get("tokens", {})
-        self._context_tokens = {str(k): str(v) for k, v in tokens.items()} if isinstance(tokens, dict) else {}
-
-    def _load_state(self, filename: str) -> dict[str, Any]:
-        """A state file of the current bot account; {} when absent, unreadable or another bot's."""
-        assert self._creds is not None
-        try:
-            data = json.loads((self.data_dir / filename).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict) or data.get("ilink_bot_id") != self._creds.ilink_bot_id:
-            return {}
-        return data
+        self._cursor = load_cursor(self.data_dir, creds.ilink_bot_id)
+        self._context_tokens = load_context_tokens(self.data_dir, creds.ilink_bot_id)
 
     def _save_cursor(self) -> None:
         assert self._creds is not None
-        state = {"ilink_bot_id": self._creds.ilink_bot_id, "get_updates_buf": self._cursor}
-        write_private(self.data_dir / CURSOR_FILE, json.dumps(state))
+        save_cursor(self.data_dir, self._creds.ilink_bot_id, self._cursor)
 
     def _save_context_tokens(self) -> None:
         assert self._creds is not None
-        state = {"ilink_bot_id": self._creds.ilink_bot_id, "tokens": self._context_tokens}
-        # The cursor save right after is fsynced; this one only needs to be atomic.
-        write_private(self.data_dir / CONTEXT_TOKENS_FILE, json.dumps(state), durable=False)
+        save_context_tokens(self.data_dir, self._creds.ilink_bot_id, self._context_tokens)
 
     # -- sending --------------------------------------------------------------------------------
 
@@ -486,11 +476,3 @@ class WechatIlinkAdapter:
         if not proto.parse_status(payload).ok:
             log.debug("wechat: %s refused", endpoint)
 
-
-def _stamp(path: Path) -> tuple[int, int, int] | None:
-    """What tells a rewritten file apart: mtime, inode (os.replace makes a new one) and size."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_ino, st.st_size)

@@ -11,7 +11,6 @@ import asyncio
 import io
 import json
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,11 @@ import aiohttp
 
 from adapters.wechat.ilink import protocol as proto
 from adapters.wechat.ilink.protocol import Credentials, QrCode, QrStatus
+from adapters.wechat.ilink.state import load_credentials, save_credentials
 from bot.errors import ChannelError
 
 log = logging.getLogger(__name__)
 
-CREDENTIALS_FILE = "wechat_credentials.json"
 QR_IMAGE_STEM = "wechat_login_qr"
 # The status request is a long poll on the server side; give it room before calling it "wait".
 STATUS_TIMEOUT_S = 40.0
@@ -34,50 +33,6 @@ MAX_QR_CODES = 3  # a code that expires is replaced, at most this many codes in 
 
 Out = Callable[[str], Any]
 AskCode = Callable[[str], Awaitable[str]]
-
-
-def credentials_path(data_dir: Path) -> Path:
-    """Where the bot credentials live inside the data folder."""
-    return Path(data_dir) / CREDENTIALS_FILE
-
-
-def load_credentials(data_dir: Path) -> Credentials | None:
-    """The stored credentials, or None when there are none (or they are unreadable)."""
-    try:
-        return Credentials.from_json(credentials_path(data_dir).read_text(encoding="utf-8"))
-    except OSError:
-        return None
-
-
-def save_credentials(data_dir: Path, creds: Credentials) -> Path:
-    """Write the credentials atomically, readable by the owner only (mode 600)."""
-    path = credentials_path(data_dir)
-    write_private(path, creds.to_json())
-    return path
-
-
-def write_private(path: Path, text: str, *, durable: bool = True) -> None:
-    """Atomically replace `path` with `text`; the file is created 0600 and never exists wider.
-
-    `durable` adds an fsync, so the new content also survives a power cut (os.replace alone
-    already survives a crash of this process).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        # os.open's mode is filtered by the umask; make sure nothing looser survives on reuse.
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fd = -1
-            fh.write(text)
-            if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    os.replace(tmp, path)
 
 
 def render_qr_text(content: str) -> str:

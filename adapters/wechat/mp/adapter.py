@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import secrets
 import time
@@ -29,6 +28,7 @@ from aiohttp import web
 from bot.channel import InboundHandler
 from adapters.plaintext import markdown_to_plain
 from adapters.split import split_message
+from adapters.wechat.mp.client import API_TIMEOUT_S, CustomerServiceClient
 from adapters.wechat.mp.crypto import (
     WechatCryptoError,
     aes_key_from_encoding,
@@ -57,9 +57,6 @@ TEXT_LIMIT_BYTES = 2048  # passive and customer-service text content limit, in U
 REPLAY_WINDOW_S = 300  # a push whose timestamp is further off than this is a replay
 DEDUP_TTL_S = 60.0  # WeChat's retries come within ~15 s; keep the key well past that
 WECHAT_WAIT_S = 5.0  # WeChat drops the connection after this: a passive reply must come sooner
-_TOKEN_MARGIN_S = 300.0  # refresh the access token this long before it expires
-_TOKEN_ERRCODES = frozenset({40001, 40014, 42001})  # invalid / malformed / expired access token
-_API_TIMEOUT = aiohttp.ClientTimeout(total=10)
 _SUCCESS = "success"  # tells WeChat "received, no passive reply" (it then does not retry)
 _KIND_BY_TYPE = {
     "image": Kind.PHOTO,
@@ -173,95 +170,6 @@ class _Callback:
     responded: asyncio.Event = field(default_factory=asyncio.Event)  # the passive reply was written
 
 
-class _CustomerService:
-    """Access-token cache and the customer-service text API. Neither the secret nor a token is ever logged."""
-
-    def __init__(
-        self,
-        session: aiohttp.ClientSession,
-        *,
-        api_base: str,
-        app_id: str,
-        app_secret: str,
-        clock: Clock,
-        stats: WechatMpStats,
-    ) -> None:
-        self._session = session
-        self._base = api_base.rstrip("/")
-        self._app_id = app_id
-        self._app_secret = app_secret
-        self._clock = clock
-        self._stats = stats
-        self._lock = asyncio.Lock()
-        self._token: str | None = None
-        self._refresh_at = 0.0
-
-    async def send_text(self, openid: str, content: str) -> None:
-        """Send one text message; refresh the token once if WeChat says it is invalid or expired."""
-        token = await self._access_token()
-        errcode = await self._post_text(token, openid, content)
-        if errcode in _TOKEN_ERRCODES:
-            logger.info("wechat_mp: access token rejected (errcode %s), fetching a new one", errcode)
-            token = await self._access_token(stale=token)
-            errcode = await self._post_text(token, openid, content)
-        if errcode != 0:
-            raise ChannelError(f"wechat_mp: customer-service send refused (errcode {errcode})")
-        self._stats.api_messages += 1
-
-    async def _access_token(self, *, stale: str | None = None) -> str:
-        """The cached token, fetched again when near expiry or when `stale` was just refused."""
-        async with self._lock:
-            current = self._token
-            # Reuse it while fresh, or when a concurrent send already replaced the refused one.
-            if current is not None and current != stale:
-                if stale is not None or self._clock.monotonic() < self._refresh_at:
-                    return current
-            params = {"grant_type": "client_credential", "appid": self._app_id, "secret": self._app_secret}
-            data = await self._call("GET", "/cgi-bin/token", params=params)
-            token, expires_in = data.get("access_token"), data.get("expires_in", 7200)
-            if not isinstance(token, str) or not token:
-                raise ChannelError(f"wechat_mp: access token refused (errcode {data.get('errcode')})")
-            lifetime = float(expires_in) if isinstance(expires_in, int | float) else 7200.0
-            # Refresh ahead of expiry; a short-lived token still gets half its life.
-            self._refresh_at = self._clock.monotonic() + lifetime - min(_TOKEN_MARGIN_S, lifetime / 2)
-            self._token = token
-            self._stats.token_fetches += 1
-            logger.info("wechat_mp: access token fetched, valid %ss", int(lifetime))
-            return token
-
-    async def _post_text(self, token: str, openid: str, content: str) -> int:
-        """POST one text message; returns WeChat's errcode (0 = delivered)."""
-        payload = {"touser": openid, "msgtype": "text", "text": {"content": content}}
-        # WeChat shows \\uXXXX escapes literally in some clients: send raw UTF-8.
-        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        data = await self._call(
-            "POST",
-            "/cgi-bin/message/custom/send",
-            params={"access_token": token},
-            data=body,
-            headers={"Content-Type": "application/json; charset=utf-8"},
-        )
-        errcode = data.get("errcode", 0)
-        return errcode if isinstance(errcode, int) else -1
-
-    async def _call(self, method: str, path: str, **kwargs) -> dict:
-        """One API call -> its JSON object; ChannelError on transport or decoding failure.
-
-        The exception chain is cut (`from None`): aiohttp errors carry the full URL, whose query
-        holds the app secret or access token, and must not reach a traceback in the logs.
-        """
-        try:
-            async with self._session.request(method, self._base + path, timeout=_API_TIMEOUT, **kwargs) as resp:
-                if resp.status != 200:
-                    raise ChannelError(f"wechat_mp: {path} answered HTTP {resp.status}")
-                data = await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise ChannelError(f"wechat_mp: {path} failed ({type(exc).__name__})") from None
-        if not isinstance(data, dict):
-            raise ChannelError(f"wechat_mp: {path} answered something other than a JSON object")
-        return data
-
-
 class WechatMpAdapter:
     """The Official Account callback channel (implements bot.channel.Channel)."""
 
@@ -302,7 +210,7 @@ class WechatMpAdapter:
         self._inbound: InboundHandler | None = None
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._api: _CustomerService | None = None
+        self._api: CustomerServiceClient | None = None
         self._callbacks: dict[str, _Callback] = {}
         self._open: dict[str, deque[_Callback]] = {}  # openid -> callbacks not yet answered, oldest first
         self._sending = 0
@@ -341,7 +249,7 @@ class WechatMpAdapter:
         self._runner = runner
         self._port = runner.addresses[0][1]
         self._session = aiohttp.ClientSession()
-        self._api = _CustomerService(
+        self._api = CustomerServiceClient(
             self._session,
             api_base=self._api_base,
             app_id=self._app_id,
@@ -366,7 +274,7 @@ class WechatMpAdapter:
         """Stop the server (in-flight callbacks finish), wait for sends in progress, close the session."""
         await self.stop_receiving()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._sends_idle.wait(), timeout=_API_TIMEOUT.total)
+            await asyncio.wait_for(self._sends_idle.wait(), timeout=API_TIMEOUT_S)
         session, self._session, self._api = self._session, None, None
         if session is not None:
             await session.close()

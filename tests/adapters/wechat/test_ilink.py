@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from adapters.wechat.ilink import protocol as proto
 from bot.channel import Channel
-from adapters.wechat.ilink.login import credentials_path, load_credentials, login
-from adapters.wechat.ilink.adapter import CONTEXT_TOKENS_FILE, CURSOR_FILE, WechatIlinkAdapter
+from adapters.wechat.ilink.login import login
+from adapters.wechat.ilink.state import CONTEXT_TOKENS_FILE, CURSOR_FILE, credentials_path, load_credentials
+from adapters.wechat.ilink.adapter import WechatIlinkAdapter
 from bot.errors import ChannelError
 from bot.message import Document, Kind, Message, Reply
 from tests.fakes.ilink import FakeIlink, TypingCall, echo_load
@@ -575,7 +576,7 @@ async def test_twenty_users_times_ten_messages_lose_nothing_and_keep_order(fake:
 
 
 def test_credentials_file_is_created_private_even_with_a_loose_umask(tmp_path: Path) -> None:
-    from adapters.wechat.ilink.login import save_credentials
+    from adapters.wechat.ilink.state import save_credentials
 
     old = os.umask(0)
     try:

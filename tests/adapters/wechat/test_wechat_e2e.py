@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from adapters.wechat.ilink.login import login
-from adapters.wechat.ilink.adapter import CURSOR_FILE, WechatIlinkAdapter
+from adapters.wechat.ilink.adapter import WechatIlinkAdapter
+from adapters.wechat.ilink.state import CURSOR_FILE
 from adapters.wechat.mp.adapter import WechatMpAdapter
 from bot.app import App, build_app, open_store
 from bot.config import Settings, load_settings
