@@ -2,7 +2,8 @@
 
 `WechatClient` signs (and in safe mode encrypts) a push, posts it to the adapter with WeChat's
 5 s timeout, retries on timeout or connection failure, and opens and checks the passive reply.
-`FakeMpApi` serves `cgi-bin/token` and `cgi-bin/message/custom/send` on 127.0.0.1.
+`FakeMpApi` serves `cgi-bin/token` and `cgi-bin/message/custom/send` on 127.0.0.1, and can
+script refusals (errcodes) and throttling (HTTP 429/503 with a Retry-After header).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import itertools
 import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -57,7 +59,11 @@ class WechatClient:
     """Plays WeChat's servers against a callback URL.
 
     `retries` re-sends after a timeout or connection failure (WeChat: 3 at 5 s); `retry_interval`
-    is the pause before each, configurable so tests need not wait 5 s.
+    is the pause before each, configurable so tests need not wait 5 s. WeChat documents that a
+    retry repeats the push (same MsgId and body), not whether it repeats the query: by default
+    each attempt is signed afresh, `resign_retries=False` repeats the first query exactly, and
+    the adapter must deliver the reply either way. `timeout` is when WeChat gives up on an
+    attempt and drops the connection.
     """
 
     def __init__(
@@ -70,6 +76,7 @@ class WechatClient:
         timeout: float = 5.0,
         retries: int = 3,
         retry_interval: float = 5.0,
+        resign_retries: bool = True,
     ) -> None:
         self.url = url
         self.token = token
@@ -79,6 +86,8 @@ class WechatClient:
         self.timeout = timeout
         self.retries = retries
         self.retry_interval = retry_interval
+        self.resign_retries = resign_retries
+        self.captured: list[tuple[dict[str, str], bytes]] = []  # every POST's query and body, in order
         self.attempts_started = 0  # every POST made, over all pushes
         self._attempt_event = asyncio.Event()
         self._msg_ids = itertools.count(10_000_000_000)
@@ -130,7 +139,21 @@ class WechatClient:
         `forge` signs with a wrong token; `timestamp` overrides the signed time (replay tests);
         `raw_body` is posted as is: in plain mode the signature does not cover the body; in safe
         mode it stands for the outer envelope (msg_signature is then over an empty Encrypt).
+        Each retry is signed afresh (new timestamp and nonce) unless `resign_retries` is False.
         """
+        fixed = self._sign(xml, forge=forge, timestamp=timestamp, raw_body=raw_body)
+
+        def attempt(number: int) -> tuple[dict[str, str], bytes]:
+            if number == 1 or not self.resign_retries:
+                return fixed
+            return self._sign(xml, forge=forge, timestamp=timestamp, raw_body=raw_body)
+
+        return await self._post(attempt)
+
+    def _sign(
+        self, xml: str, *, forge: bool, timestamp: int | None, raw_body: bytes | None
+    ) -> tuple[dict[str, str], bytes]:
+        """The query and body of one POST, as WeChat builds them."""
         ts = str(int(time.time()) if timestamp is None else timestamp)
         nonce = str(secrets.randbelow(10**9))
         token = "forged" + self.token if forge else self.token
@@ -145,23 +168,32 @@ class WechatClient:
             if self._key is not None:
                 params |= {"encrypt_type": "aes", "msg_signature": sha1_signature(token, ts, nonce, "")}
             body = raw_body if raw_body is not None else xml.encode("utf-8")
-        return await self._post(params, body)
+        return params, body
 
-    async def _post(self, params: dict[str, str], body: bytes) -> CallbackResult:
+    async def post_raw(self, params: dict[str, str], body: bytes) -> CallbackResult:
+        """Post a query and body as given, once (an attacker replaying or editing a captured callback)."""
+        return await self._post(lambda number: (params, body), retries=0)
+
+    async def _post(
+        self, attempt: Callable[[int], tuple[dict[str, str], bytes]], *, retries: int | None = None
+    ) -> CallbackResult:
         timeout = aiohttp.ClientTimeout(total=self.timeout)
+        retries = self.retries if retries is None else retries
         attempts = 0
         async with aiohttp.ClientSession() as session:
             while True:
                 attempts += 1
                 self.attempts_started += 1
                 self._attempt_event.set()
+                params, body = attempt(attempts)
+                self.captured.append((dict(params), body))
                 try:
                     async with session.post(self.url, params=params, data=body, timeout=timeout) as resp:
                         text = await resp.text()
-                        if resp.status < 500 or attempts > self.retries:
+                        if resp.status < 500 or attempts > retries:
                             return CallbackResult(resp.status, text, attempts, self._open_reply(resp.status, text))
                 except (TimeoutError, aiohttp.ClientConnectionError):
-                    if attempts > self.retries:
+                    if attempts > retries:
                         raise
                 await asyncio.sleep(self.retry_interval)
 
@@ -199,6 +231,7 @@ class _State:
     token_requests: int = 0
     send_requests: int = 0
     fail_next: list[int] = field(default_factory=list)
+    throttle_next: list[tuple[int, str | None]] = field(default_factory=list)  # (HTTP status, Retry-After)
 
 
 class FakeMpApi:
@@ -239,6 +272,10 @@ class FakeMpApi:
         """The next send answers this errcode (40001/42001 also invalidate the token used)."""
         self._state.fail_next.append(errcode)
 
+    def throttle_next(self, status: int = 429, retry_after: str | None = "1", *, times: int = 1) -> None:
+        """The next `times` sends answer this HTTP status with this Retry-After header (None: no header)."""
+        self._state.throttle_next.extend([(status, retry_after)] * times)
+
     async def __aenter__(self) -> FakeMpApi:
         app = web.Application()
         app.router.add_get("/cgi-bin/token", self._token)
@@ -270,6 +307,10 @@ class FakeMpApi:
 
     async def _send(self, request: web.Request) -> web.Response:
         self._state.send_requests += 1
+        if self._state.throttle_next:
+            status, retry_after = self._state.throttle_next.pop(0)
+            headers = {"Retry-After": retry_after} if retry_after is not None else {}
+            return web.Response(status=status, headers=headers, text="slow down")
         token = request.query.get("access_token", "")
         if token not in self._state.tokens:
             return web.json_response({"errcode": 40001, "errmsg": "invalid credential"})

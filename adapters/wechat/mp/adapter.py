@@ -5,8 +5,14 @@ WeChat posts each user message to our URL and waits 5 s for an answer; without o
 `passive_timeout` for the gateway's reply to this user: if `send()` comes in time, its first
 part goes back in the HTTP response (the "passive reply"), everything else goes through the
 customer-service API. If not, the callback answers "success" and the reply later goes through
-the API. Retries of a push (same MsgId, or sender + CreateTime for events) never make a second
-Message; a retry gets the passive reply if one is ready.
+the API, as does a passive reply WeChat can no longer take (it gave up on the connection).
+Retries of a push (same MsgId, or sender + CreateTime for events) never make a second Message;
+a retry gets the passive reply if one is ready.
+
+Authentication: with an EncodingAESKey configured only safe-mode pushes count, verified by
+`msg_signature` over the ciphertext (the plain `signature` covers no body, so a plaintext push
+is refused); without one the account is in plaintext mode. Either way a signed (timestamp,
+nonce) is accepted once, within `replay_window` seconds of our clock (replay.py).
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ from aiohttp import web
 from bot.channel import InboundHandler
 from adapters.plaintext import markdown_to_plain
 from adapters.split import split_message
-from adapters.wechat.mp.client import API_TIMEOUT_S, CustomerServiceClient
+from adapters.trouble import TroubleHook, TroubleNotices
+from adapters.wechat.mp.client import API_TIMEOUT_S, ApiRefused, CustomerServiceClient
 from adapters.wechat.mp.crypto import (
     WechatCryptoError,
     aes_key_from_encoding,
@@ -46,6 +53,7 @@ from adapters.wechat.mp.xml_codec import (
     parse_envelope,
     parse_inbound,
 )
+from adapters.wechat.mp.replay import ReplayGuard
 from bot.errors import ChannelError, ConfigError
 from bot.message import Kind, Message, Reply
 
@@ -54,9 +62,15 @@ __all__ = ["TEXT_LIMIT_BYTES", "WechatMpAdapter", "WechatMpStats", "message_from
 logger = logging.getLogger(__name__)
 
 TEXT_LIMIT_BYTES = 2048  # passive and customer-service text content limit, in UTF-8 bytes
-REPLAY_WINDOW_S = 300  # a push whose timestamp is further off than this is a replay
+# A push's timestamp may be this far from our clock. WeChat signs a push as it sends it and
+# retries within ~15 s, so 60 s leaves 45 s for clock skew (an NTP-synced host is off by far
+# less); the protocol's customary 300 s only widens what a restart (which forgets the nonces
+# seen) would let through again.
+REPLAY_WINDOW_S = 60.0
+MAX_REPLAY_WINDOW_S = 300.0
 DEDUP_TTL_S = 60.0  # WeChat's retries come within ~15 s; keep the key well past that
 WECHAT_WAIT_S = 5.0  # WeChat drops the connection after this: a passive reply must come sooner
+_GONE_CHECK_S = 0.1  # while waiting for a reply, how often to look whether WeChat is still there
 _SUCCESS = "success"  # tells WeChat "received, no passive reply" (it then does not retry)
 _KIND_BY_TYPE = {
     "image": Kind.PHOTO,
@@ -94,6 +108,10 @@ class WechatMpStats:
     ignored: int = 0  # events with nothing to answer (unsubscribe, menu views, ...)
     bad_signature: int = 0
     stale_timestamp: int = 0
+    replayed: int = 0  # a signed (timestamp, nonce) seen before: refused
+    plaintext_refused: int = 0  # a plaintext push to an account configured for safe mode
+    abandoned: int = 0  # WeChat gave up on a callback before its reply was ready
+    rerouted: int = 0  # passive replies WeChat could no longer take, sent through the API instead
     malformed: int = 0
     inbound_errors: int = 0
     passive_replies: int = 0
@@ -167,7 +185,10 @@ class _Callback:
     listeners: int = 0  # callback handlers (first delivery or retries) waiting to answer passively
     answered: bool = False  # a reply was matched to it (passively or through the API)
     handing_over: bool = False  # inside inbound(): a send() from there must not wait for the response
-    responded: asyncio.Event = field(default_factory=asyncio.Event)  # the passive reply was written
+    responders: int = 0  # callback handlers (first delivery and retries) that have not answered yet
+    written: bool = False  # a passive reply reached WeChat
+    rerouted: bool = False  # the first part went through the API: retries answer "success"
+    responded: asyncio.Event = field(default_factory=asyncio.Event)  # the first part is on its way
 
 
 class WechatMpAdapter:
@@ -186,12 +207,16 @@ class WechatMpAdapter:
         api_base: str = "https://api.weixin.qq.com",
         name: str = "wechat_mp",
         passive_timeout: float = 4.5,
+        replay_window: float = REPLAY_WINDOW_S,
         clock: Clock | None = None,
+        on_trouble: TroubleHook | None = None,
     ) -> None:
         if not token:
             raise ConfigError("wechat_mp.token must not be empty")
         if not 0 < passive_timeout < WECHAT_WAIT_S:
             raise ConfigError(f"wechat_mp.passive_timeout must be in (0, {WECHAT_WAIT_S}) seconds")
+        if not 0 < replay_window <= MAX_REPLAY_WINDOW_S:
+            raise ConfigError(f"wechat_mp.replay_window must be in (0, {MAX_REPLAY_WINDOW_S:g}] seconds")
         try:
             self._aes_key = aes_key_from_encoding(encoding_aes_key) if encoding_aes_key else None
         except WechatCryptoError as exc:
@@ -207,6 +232,10 @@ class WechatMpAdapter:
         self._passive_timeout = passive_timeout
         self._clock: Clock = clock or _SystemClock()
         self.stats = WechatMpStats()
+        self._replays = ReplayGuard(replay_window)
+        # Told when WeChat refuses what we send (errcode != 0); bot.app wires it to the owner.
+        self.on_trouble = on_trouble
+        self._notices = TroubleNotices(name, monotonic=self._clock.monotonic)
         self._inbound: InboundHandler | None = None
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -320,6 +349,7 @@ class WechatMpAdapter:
                 except ChannelError as exc:
                     self.stats.api_failures += 1
                     logger.warning("wechat_mp: part %d/%d to %s not delivered: %s", index + 1, len(parts), openid, exc)
+                    await self._report_refusal(exc, openid)
                     raise
         finally:
             self._sending -= 1
@@ -361,6 +391,11 @@ class WechatMpAdapter:
         q = request.query
         timestamp, nonce = q.get("timestamp", ""), q.get("nonce", "")
         safe = q.get("encrypt_type", "").lower() == "aes"
+        if self._aes_key is not None and not safe:
+            # The plain signature does not cover the body: with a key set, only ciphertext counts.
+            self.stats.plaintext_refused += 1
+            logger.warning("wechat_mp: plaintext push from %s refused (the account is in safe mode)", request.remote)
+            return web.Response(status=403, text="forbidden")
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -379,9 +414,15 @@ class WechatMpAdapter:
             self.stats.bad_signature += 1
             logger.warning("wechat_mp: push with a bad signature from %s rejected", request.remote)
             return web.Response(status=403, text="forbidden")
-        if not self._fresh(timestamp):
+        verdict = self._replays.check(timestamp, nonce, self._clock.time())
+        if verdict == "stale":
             self.stats.stale_timestamp += 1
             logger.warning("wechat_mp: push with a stale timestamp %r from %s rejected", timestamp, request.remote)
+            return web.Response(status=403, text="forbidden")
+        if verdict == "replayed":
+            self.stats.replayed += 1
+            logger.warning("wechat_mp: replayed push (timestamp %r seen with this nonce) from %s rejected",
+                           timestamp, request.remote)
             return web.Response(status=403, text="forbidden")
         try:
             xml = decrypt(envelope.encrypt, self._app_id, self._aes_key) if safe else body  # type: ignore[arg-type]
@@ -390,13 +431,6 @@ class WechatMpAdapter:
             return self._malformed(request, str(exc))
         logger.debug("wechat_mp: push %s from %s: %r", push.msg_type, push.from_user, push.content)
         return await self._dispatch(request, push, safe=safe, started=started)
-
-    def _fresh(self, timestamp: str) -> bool:
-        """A signed timestamp within REPLAY_WINDOW_S of our clock, either way."""
-        try:
-            return abs(self._clock.time() - int(timestamp)) <= REPLAY_WINDOW_S
-        except ValueError:
-            return False
 
     def _malformed(self, request: web.Request, reason: str) -> web.Response:
         self.stats.malformed += 1
@@ -416,10 +450,11 @@ class WechatMpAdapter:
         if callback is not None:
             self.stats.duplicates += 1
             logger.info("wechat_mp: retry of push %s, not processed again", key)
+            callback.responders += 1
             if not (callback.first_part.done() or callback.answered):
                 callback.listeners += 1
                 try:
-                    await self._wait_for_reply(callback, started)
+                    await self._wait_for_reply(request, callback, started)
                 finally:
                     callback.listeners -= 1
             return await self._respond(request, callback, safe=safe)
@@ -431,6 +466,7 @@ class WechatMpAdapter:
         self.stats.received += 1
         # Listening starts before the handover: a gateway may reply before inbound() returns.
         callback.listeners += 1
+        callback.responders += 1
         try:
             assert self._inbound is not None
             callback.handing_over = True
@@ -441,40 +477,85 @@ class WechatMpAdapter:
                 logger.exception("wechat_mp: the gateway failed on push %s", key)
                 # Nothing will answer it: close it so replies and retries do not wait on it.
                 self._close(callback)
+                callback.responders -= 1
                 return web.Response(text=_SUCCESS)
             finally:
                 callback.handing_over = False
-            await self._wait_for_reply(callback, started)
+            await self._wait_for_reply(request, callback, started)
         finally:
             callback.listeners -= 1
         return await self._respond(request, callback, safe=safe)
 
-    async def _wait_for_reply(self, callback: _Callback, started: float) -> None:
-        """Wait until the first reply part is set or the passive deadline of this request passes."""
-        remaining = self._passive_timeout - (asyncio.get_running_loop().time() - started)
-        if remaining <= 0:
-            return
-        # shield: a timeout of one listener must not cancel the future other listeners share.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(callback.first_part), remaining)
+    async def _wait_for_reply(self, request: web.Request, callback: _Callback, started: float) -> None:
+        """Wait until the first reply part is set, the passive deadline of this request passes, or WeChat leaves.
+
+        A request WeChat gave up on stops listening at once: the reply then goes through the
+        API instead of waiting for a response nobody reads.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = started + self._passive_timeout
+        while not callback.first_part.done():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            if _gone(request):
+                self.stats.abandoned += 1
+                logger.info("wechat_mp: WeChat gave up on push %s; its reply will go through the API", callback.key)
+                return
+            # shield: a timeout of one listener must not cancel the future other listeners share.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(callback.first_part), min(remaining, _GONE_CHECK_S))
 
     async def _respond(self, request: web.Request, callback: _Callback, *, safe: bool) -> web.StreamResponse:
         """Answer passively if the first part is ready (it may have landed just at the deadline), else success.
 
         A passive reply is written out here, before returning, so that send() can hold the
-        remaining parts until it is on its way and they reach the user after it.
+        remaining parts until it is on its way and they reach the user after it. One WeChat can
+        no longer take goes through the API instead, by the last handler of this push to answer
+        (a retry still connected may yet carry it passively; never both).
         """
-        if not callback.first_part.done():
-            return web.Response(text=_SUCCESS)
-        response = web.Response(text=self._passive_xml(callback, safe=safe), content_type="application/xml")
         try:
-            await response.prepare(request)
-            await response.write_eof()
-        except ConnectionError:
+            if not callback.first_part.done() or callback.rerouted:
+                return web.Response(text=_SUCCESS)
+            if not _gone(request):
+                response = web.Response(text=self._passive_xml(callback, safe=safe), content_type="application/xml")
+                try:
+                    await response.prepare(request)
+                    await response.write_eof()
+                    callback.written = True
+                    return response
+                except ConnectionError:
+                    pass
             logger.info("wechat_mp: WeChat left before the passive reply to %s was written", callback.key)
+            if callback.responders == 1 and not callback.written:
+                callback.rerouted = True
+                await self._reroute(callback)
+            return web.Response(text=_SUCCESS)  # nobody reads it
         finally:
-            callback.responded.set()
-        return response
+            callback.responders -= 1
+            if callback.written or callback.responders == 0:
+                callback.responded.set()
+
+    async def _reroute(self, callback: _Callback) -> None:
+        """Send the first part through the customer-service API: the passive reply could not be written."""
+        api = self._api
+        if api is None:
+            logger.error("wechat_mp: reply to %s lost: the channel is stopping", callback.key)
+            return
+        self.stats.rerouted += 1
+        try:
+            await api.send_text(callback.openid, callback.first_part.result())
+        except ChannelError as exc:
+            self.stats.api_failures += 1
+            logger.warning("wechat_mp: reply to %s not delivered through the API either: %s", callback.openid, exc)
+            await self._report_refusal(exc, callback.openid)
+
+    async def _report_refusal(self, exc: ChannelError, openid: str) -> None:
+        """Tell the owner when WeChat refuses what we send (not for a network hiccup)."""
+        if isinstance(exc, ApiRefused):
+            await self._notices.report(self.on_trouble, f"errcode:{exc.errcode}", (
+                f"The WeChat Official Account API refused a message to {openid}: {exc.explanation}. "
+                "The reply was not delivered."))
 
     def _passive_xml(self, callback: _Callback, *, safe: bool) -> str:
         """The passive text reply XML, encrypted and signed in safe mode."""
@@ -508,3 +589,8 @@ class WechatMpAdapter:
             if not queue:
                 del self._open[callback.openid]
 
+
+def _gone(request: web.Request) -> bool:
+    """WeChat has closed this callback's connection: a response can no longer reach it."""
+    transport = request.transport
+    return transport is None or transport.is_closing()

@@ -2,7 +2,9 @@
 
 What the callback cannot carry (a slow reply, the parts after the first, a passive reply WeChat
 gave up on) goes out here. The token comes from `cgi-bin/token` (client_credential), is cached
-and refreshed ahead of expiry, and is fetched again once when WeChat says it is invalid.
+and refreshed ahead of expiry, and is fetched again once when WeChat says it is invalid. A 429
+or 503 is retried after the wait its Retry-After asks for (capped). A refusal (errcode != 0) is
+an `ApiRefused` naming the errcode, for the adapter to tell the owner.
 Neither the app secret nor a token is ever logged.
 """
 
@@ -11,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Protocol
 
 import aiohttp
 
+from adapters.retry_after import parse_retry_after, retry_delay
 from bot.errors import ChannelError
 
-__all__ = ["API_TIMEOUT_S", "ApiCounters", "CustomerServiceClient", "MonotonicClock"]
+__all__ = ["API_TIMEOUT_S", "ApiCounters", "ApiRefused", "CustomerServiceClient", "MonotonicClock", "explain_errcode"]
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +30,36 @@ API_TIMEOUT_S = 10.0
 _API_TIMEOUT = aiohttp.ClientTimeout(total=API_TIMEOUT_S)
 _TOKEN_MARGIN_S = 300.0  # refresh the access token this long before it expires
 _TOKEN_ERRCODES = frozenset({40001, 40014, 42001})  # invalid / malformed / expired access token
+_THROTTLED = frozenset({429, 503})  # HTTP statuses that mean "not now", with a Retry-After
+THROTTLE_ATTEMPTS = 4  # one call and up to three retries after a 429/503
+RETRY_AFTER_CAP_S = 30.0  # never wait longer than this on one Retry-After
+_BACKOFF_S = 1.0  # the wait before the first retry when the server names none (doubles)
+# What an errcode means to the owner, for the notice (the common refusals of custom/send).
+_ERRCODE_MEANING = {
+    40001: "the access token is invalid (check the app secret)",
+    40013: "the app id is invalid",
+    40125: "the app secret is wrong",
+    40164: "this server's IP address is not on the account's IP whitelist",
+    45009: "the daily API quota is used up",
+    45015: "the reply time limit passed: the person has not written to the account within 48 hours",
+    45047: "too many messages sent without the person writing back",
+    48001: "the account is not authorised for this API (customer-service messages need a verified service account)",
+}
+
+
+def explain_errcode(errcode: int) -> str:
+    """The errcode and, when known, what it means."""
+    meaning = _ERRCODE_MEANING.get(errcode)
+    return f"errcode {errcode} ({meaning})" if meaning else f"errcode {errcode}"
+
+
+class ApiRefused(ChannelError):
+    """WeChat answered the call with errcode != 0: it will not deliver, retrying as is will not help."""
+
+    def __init__(self, what: str, errcode: int) -> None:
+        self.errcode = errcode
+        self.explanation = explain_errcode(errcode)
+        super().__init__(f"wechat_mp: {what} refused ({self.explanation})")
 
 
 class MonotonicClock(Protocol):
@@ -52,6 +87,7 @@ class CustomerServiceClient:
         app_secret: str,
         clock: MonotonicClock,
         stats: ApiCounters,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
         self._session = session
         self._base = api_base.rstrip("/")
@@ -59,6 +95,7 @@ class CustomerServiceClient:
         self._app_secret = app_secret
         self._clock = clock
         self._stats = stats
+        self._sleep = sleep  # injected so tests see the waits Retry-After asked for
         self._lock = asyncio.Lock()
         self._token: str | None = None
         self._refresh_at = 0.0
@@ -72,7 +109,7 @@ class CustomerServiceClient:
             token = await self._access_token(stale=token)
             errcode = await self._post_text(token, openid, content)
         if errcode != 0:
-            raise ChannelError(f"wechat_mp: customer-service send refused (errcode {errcode})")
+            raise ApiRefused("customer-service send", errcode)
         self._stats.api_messages += 1
 
     async def _access_token(self, *, stale: str | None = None) -> str:
@@ -87,7 +124,8 @@ class CustomerServiceClient:
             data = await self._call("GET", "/cgi-bin/token", params=params)
             token, expires_in = data.get("access_token"), data.get("expires_in", 7200)
             if not isinstance(token, str) or not token:
-                raise ChannelError(f"wechat_mp: access token refused (errcode {data.get('errcode')})")
+                errcode = data.get("errcode")
+                raise ApiRefused("access token request", errcode if isinstance(errcode, int) else -1)
             lifetime = float(expires_in) if isinstance(expires_in, int | float) else 7200.0
             # Refresh ahead of expiry; a short-lived token still gets half its life.
             self._refresh_at = self._clock.monotonic() + lifetime - min(_TOKEN_MARGIN_S, lifetime / 2)
@@ -114,16 +152,36 @@ class CustomerServiceClient:
     async def _call(self, method: str, path: str, **kwargs) -> dict:
         """One API call -> its JSON object; ChannelError on transport or decoding failure.
 
+        A 429 or 503 is tried again after what its Retry-After asks (at least our own backoff,
+        at most RETRY_AFTER_CAP_S), up to THROTTLE_ATTEMPTS calls in all.
+        """
+        for attempt in range(1, THROTTLE_ATTEMPTS + 1):
+            status, retry_after, data = await self._request(method, path, **kwargs)
+            if status not in _THROTTLED:
+                break
+            if attempt == THROTTLE_ATTEMPTS:
+                raise ChannelError(f"wechat_mp: {path} answered HTTP {status} {attempt} times")
+            asked = parse_retry_after(retry_after, datetime.now(UTC))
+            delay = retry_delay(asked, _BACKOFF_S * 2 ** (attempt - 1), RETRY_AFTER_CAP_S)
+            logger.warning("wechat_mp: %s answered HTTP %s (Retry-After %r); retrying in %.1f s",
+                           path, status, retry_after, delay)
+            await self._sleep(delay)
+        if status != 200:
+            raise ChannelError(f"wechat_mp: {path} answered HTTP {status}")
+        if not isinstance(data, dict):
+            raise ChannelError(f"wechat_mp: {path} answered something other than a JSON object")
+        return data
+
+    async def _request(self, method: str, path: str, **kwargs) -> tuple[int, str | None, object]:
+        """One HTTP exchange -> (status, Retry-After header, decoded JSON of a 200 or None).
+
         The exception chain is cut (`from None`): aiohttp errors carry the full URL, whose query
         holds the app secret or access token, and must not reach a traceback in the logs.
         """
         try:
             async with self._session.request(method, self._base + path, timeout=_API_TIMEOUT, **kwargs) as resp:
                 if resp.status != 200:
-                    raise ChannelError(f"wechat_mp: {path} answered HTTP {resp.status}")
-                data = await resp.json(content_type=None)
+                    return resp.status, resp.headers.get("Retry-After"), None
+                return 200, None, await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise ChannelError(f"wechat_mp: {path} failed ({type(exc).__name__})") from None
-        if not isinstance(data, dict):
-            raise ChannelError(f"wechat_mp: {path} answered something other than a JSON object")
-        return data

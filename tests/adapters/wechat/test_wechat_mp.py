@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.channel import Channel
-from adapters.wechat.mp.adapter import TEXT_LIMIT_BYTES, WechatMpAdapter, split_for_wechat
+from adapters.wechat.mp.adapter import REPLAY_WINDOW_S, TEXT_LIMIT_BYTES, WechatMpAdapter, split_for_wechat
 from adapters.wechat.mp.xml_codec import XmlError, build_text_reply, parse_inbound
 from bot.errors import ChannelError, ConfigError
 from bot.message import Kind, Message, Reply
@@ -127,7 +127,8 @@ async def test_url_verification_with_a_forged_signature_is_refused(api):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"passive_timeout": 5.0}, {"passive_timeout": 0}, {"encoding_aes_key": "too-short"}, {"token": ""}],
+    [{"passive_timeout": 5.0}, {"passive_timeout": 0}, {"encoding_aes_key": "too-short"}, {"token": ""},
+     {"replay_window": 0}, {"replay_window": 301}],
 )
 def test_bad_configuration_is_a_config_error(kwargs):
     base = dict(token=TOKEN, app_id=APP_ID, app_secret=SECRET, encoding_aes_key=None)
@@ -364,7 +365,7 @@ async def test_safe_mode_push_for_another_app_is_rejected(api):
         assert gateway.messages == []
 
 
-@pytest.mark.parametrize("offset", [-301, 301])
+@pytest.mark.parametrize("offset", [-(REPLAY_WINDOW_S + 1), REPLAY_WINDOW_S + 1, -301, 301])
 async def test_stale_timestamp_is_refused_as_a_replay(api, offset):
     import time
 
@@ -478,3 +479,208 @@ async def test_secrets_never_reach_the_log(api, caplog):
     logged = caplog.text
     for secret in (TOKEN, SECRET, AES_KEY, *issued):
         assert secret not in logged
+
+
+# -- replays and downgrades (issue 10, section 3) ----------------------------------------------------
+
+
+async def test_plaintext_push_is_refused_when_an_aes_key_is_set(api):
+    # The plain `signature` covers token, timestamp and nonce only: anyone holding one callback
+    # URL could post any body under it. With a key configured only signed ciphertext counts.
+    async with running(api, aes_key=AES_KEY) as (adapter, gateway, _client):
+        downgrade = WechatClient(adapter.url, TOKEN, APP_ID, None, retry_interval=0.01)
+        gateway.reply_later(adapter, lambda m: "your memories: ...")
+        result = await downgrade.push(downgrade.text_xml(OPENID, "/memory"))
+        assert result.status == 403 and result.reply is None
+        assert gateway.messages == []
+        assert adapter.stats.plaintext_refused == 1
+        assert api.sent == []
+
+
+@pytest.mark.parametrize("aes_key", [None, AES_KEY], ids=["plain", "safe"])
+async def test_replayed_callback_is_refused(api, aes_key):
+    async with running(api, aes_key=aes_key) as (adapter, gateway, client):
+        gateway.reply_later(adapter, lambda m: "the answer for alice")
+        first = await client.push(client.text_xml(OPENID, "hello"))
+        assert first.reply is not None
+        [(params, body)] = client.captured
+        replay = await client.post_raw(params, body)
+        assert replay.status == 403 and replay.reply is None
+        assert "the answer" not in replay.body
+        assert len(gateway.messages) == 1
+        assert adapter.stats.replayed == 1
+
+
+async def test_captured_plaintext_url_cannot_carry_another_body(api):
+    # Plaintext accounts: the signature never covered the body, but its (timestamp, nonce) is spent.
+    async with running(api) as (adapter, gateway, client):
+        gateway.reply_later(adapter, lambda m: f"hi {m.sender_id}")
+        await client.push(client.text_xml(OPENID, "hello"))
+        [(params, _body)] = client.captured
+        forged = client.text_xml("oSomeoneElse-0002", "/export").encode()
+        result = await client.post_raw(params, forged)
+        assert result.status == 403
+        assert [m.sender_id for m in gateway.messages] == [OPENID]
+
+
+async def test_retry_repeating_the_query_still_gets_its_reply(api):
+    # If WeChat repeats the very query on a retry, the retry is refused as a replay; the reply
+    # must still reach the user (through the customer-service API), once.
+    async with running(api, passive_timeout=4.0, timeout=0.3, retries=1, resign_retries=False) as (
+        adapter, gateway, client,
+    ):
+        result = await client.push(client.text_xml(OPENID, "slow one", msg_id="88101"))
+        assert result.status == 403  # the retry
+        async with asyncio.timeout(10):  # a guard against hanging, not a timing assertion
+            while adapter.stats.abandoned < 1:  # the first attempt's connection is gone
+                await asyncio.sleep(0.01)
+        await adapter.send(reply("here it is", reply_to=gateway.messages[0].message_id))
+        assert api.sent == [SentMessage(OPENID, "here it is")]
+        assert len(gateway.messages) == 1
+
+
+async def test_passive_reply_that_wechat_gave_up_on_goes_through_the_api(api):
+    # WeChat drops the connection (its 5 s, here 0.3 s) while we wait for the gateway.
+    async with running(api, passive_timeout=4.0, timeout=0.3, retries=0) as (adapter, gateway, client):
+        with pytest.raises(TimeoutError):
+            await client.push(client.text_xml(OPENID, "think hard", msg_id="88102"))
+        async with asyncio.timeout(10):  # a guard against hanging, not a timing assertion
+            while adapter.stats.abandoned < 1:
+                await asyncio.sleep(0.01)
+        await adapter.send(reply("thought about it", reply_to="88102"))
+        assert api.sent == [SentMessage(OPENID, "thought about it")]
+        assert adapter.stats.passive_replies == 0
+
+
+async def test_passive_reply_that_cannot_be_written_goes_through_the_api(api):
+    # The reply is ready (from inside inbound) but the connection is already gone when it is written.
+    async with running(api, passive_timeout=4.0, timeout=0.3, retries=0) as (adapter, gateway, client):
+        gone = asyncio.Event()
+
+        async def answer_after_wechat_left(message: Message) -> None:
+            await gone.wait()
+            await adapter.send(reply("ready, but too late for the connection"))
+
+        gateway.on_message = answer_after_wechat_left
+        push = asyncio.create_task(client.push(client.text_xml(OPENID, "hi", msg_id="88103")))
+        with pytest.raises(TimeoutError):
+            await push
+        # The client has closed its socket: a few turns of the loop let the server read the FIN.
+        for _ in range(50):
+            await asyncio.sleep(0)
+        gone.set()
+        async with asyncio.timeout(10):
+            while not api.sent:
+                await asyncio.sleep(0.01)
+        assert api.sent == [SentMessage(OPENID, "ready, but too late for the connection")]
+
+
+async def test_push_within_the_window_is_accepted_once_per_nonce(api):
+    import time
+
+    async with running(api, passive_timeout=0.2) as (adapter, gateway, client):
+        edge = int(time.time()) - int(REPLAY_WINDOW_S) + 5
+        result = await client.push(client.text_xml(OPENID, "a bit late"), timestamp=edge)
+        assert result.status == 200
+        assert [m.text for m in gateway.messages] == ["a bit late"]
+
+
+# -- the customer-service API refuses: the owner hears of it (issue 10, section 9) --------------------
+
+
+@pytest.mark.parametrize(("errcode", "meaning"), [(45015, "48 hours"), (48001, "not authorised")])
+async def test_api_refusal_is_told_to_the_owner_once(api, errcode, meaning):
+    told: list[str] = []
+
+    async def owner(text: str) -> None:
+        told.append(text)
+
+    async with running(api) as (adapter, _, _client):
+        adapter.on_trouble = owner
+        for _ in range(2):
+            api.fail_next(errcode)
+            with pytest.raises(ChannelError, match=str(errcode)):
+                await adapter.send(reply("one"))
+    assert len(told) == 1  # throttled: the second refusal of the same kind is only logged
+    assert str(errcode) in told[0] and meaning in told[0] and OPENID in told[0]
+
+
+async def test_network_failure_is_not_told_to_the_owner(api):
+    told: list[str] = []
+
+    async def owner(text: str) -> None:
+        told.append(text)
+
+    async with running(api) as (adapter, _, _client):
+        adapter.on_trouble = owner
+        await api.__aexit__(None, None, None)
+        with pytest.raises(ChannelError):
+            await adapter.send(reply("one"))
+    assert told == []
+
+
+async def test_a_notice_that_fails_on_this_channel_raises_no_second_notice(api):
+    # The owner is reached through the refusing channel itself: its failure (another errcode, so
+    # not throttled) must not raise a notice of its own, and so on without end.
+    told: list[str] = []
+
+    async with running(api) as (adapter, _, _client):
+
+        async def owner(text: str) -> None:
+            told.append(text)
+            api.fail_next(48001)
+            await adapter.send(reply(text, chat_id="oOwner-0009"))
+
+        adapter.on_trouble = owner
+        api.fail_next(45015)
+        with pytest.raises(ChannelError):
+            await adapter.send(reply("one"))
+    assert len(told) == 1
+
+
+# -- Retry-After on the customer-service API (issue 10, sections 1 and 9) -----------------------------
+
+
+@contextlib.asynccontextmanager
+async def api_client(api: FakeMpApi):
+    """The real customer-service client against the fake API; its waits are recorded, then taken (briefly)."""
+    import aiohttp
+
+    from adapters.wechat.mp.adapter import WechatMpStats
+    from adapters.wechat.mp.client import CustomerServiceClient
+
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        await asyncio.sleep(0)
+
+    async with aiohttp.ClientSession() as session:
+        client = CustomerServiceClient(session, api_base=api.base, app_id=APP_ID, app_secret=SECRET,
+                                       clock=FakeClock(), stats=WechatMpStats(), sleep=sleep)
+        yield client, waits
+
+
+@pytest.mark.parametrize(("status", "header", "expected"), [
+    (429, "7", 7.0),
+    (503, "2", 2.0),
+    (429, "3600", 30.0),  # capped
+    (503, None, 1.0),  # no header: our own backoff
+])
+async def test_throttled_send_waits_what_the_server_asks_then_delivers(api, status, header, expected):
+    async with api_client(api) as (client, waits):
+        api.throttle_next(status, header)
+        await client.send_text(OPENID, "after the pause")
+    assert waits == [expected]
+    assert api.sent == [SentMessage(OPENID, "after the pause")]
+
+
+async def test_throttled_send_gives_up_after_a_bounded_number_of_tries(api):
+    from adapters.wechat.mp.client import THROTTLE_ATTEMPTS
+
+    async with api_client(api) as (client, waits):
+        api.throttle_next(429, "1", times=THROTTLE_ATTEMPTS)
+        with pytest.raises(ChannelError, match="429"):
+            await client.send_text(OPENID, "never")
+    assert len(waits) == THROTTLE_ATTEMPTS - 1
+    assert api.sent == []
