@@ -49,8 +49,12 @@ class UsageRecorder:
         self.store = store
         self._rows: list[list] = []
 
+    listener: Callable[[str, str, bool, int, int], None] | None = None  # the API's metrics, when served
+
     def add(self, purpose: str, model_name: str, ok: bool, prompt: int, completion: int) -> None:
         self._rows.append([utc_naive(datetime.now(UTC)), purpose, model_name, ok, prompt, completion])
+        if self.listener is not None:
+            self.listener(purpose, model_name, ok, prompt, completion)
 
     def flush(self) -> int:
         rows, self._rows = self._rows, []
@@ -80,12 +84,13 @@ def make_llm(settings: Settings, recorder: UsageRecorder | None, *, memory: bool
 
 def open_store(settings: Settings, extra: Sequence = ()) -> Store:
     """The database with every layer's migrations (a locked file raises StoreLockedError)."""
+    from bot.api.keys import KEY_MIGRATIONS
     from bot.scheduler import SCHEDULER_MIGRATIONS
 
     settings.data_path.mkdir(parents=True, exist_ok=True)
     dim = settings.embedding.dim
     return Store(settings.db_path, dim, extra_migrations=(*ACCESS_MIGRATIONS, *SESSION_MIGRATIONS,
-                                                          *SCHEDULER_MIGRATIONS, *extra))
+                                                          *SCHEDULER_MIGRATIONS, *KEY_MIGRATIONS, *extra))
 
 
 @dataclass
@@ -117,6 +122,10 @@ class App:
             self._stack.push_async_callback(scheduler.stop)
         await self.gateway.start()
         self._stack.push_async_callback(self.gateway.stop)
+        api = self.extras.get("api")
+        if api is not None:
+            # Last in, first out: the API stops before the channels and the database go away.
+            await self._stack.enter_async_context(api)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -127,7 +136,7 @@ class App:
 
 
 def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Callable[[], datetime] | None = None,
-              store: Store | None = None, embedder: Embedder | None = None) -> App:
+              store: Store | None = None, embedder: Embedder | None = None, serve_api: bool = False) -> App:
     """Wire the whole bot from settings (channels are built by the CLI, which knows the flags)."""
     set_offline_env()
     clock = clock or (lambda: datetime.now(UTC))
@@ -168,7 +177,35 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
               commands=commands, llm=llm, memory_llm=memory_llm, clock=clock, extras=extras)
     extras["usage"] = recorder
     _wire_tasks_and_jobs(app, tools, embedder)
+    if serve_api:
+        _wire_api(app, embedder)
     return app
+
+
+def _wire_api(app: App, embedder: Embedder) -> None:
+    """The HTTP API (issue 11) on the gateway's loop, sharing its engine, access and store."""
+    from bot.api.context import ApiHost
+    from bot.api.jobs import queue_depth_and_age
+    from bot.api.keys import Keys
+    from bot.api.metrics import Metrics
+    from bot.api.server import ApiServer, ServerSettings, create_app
+    from memory.tasks.skill_library import SkillLibrary
+
+    a = app.settings.api
+    server = ServerSettings(host=a.host, port=a.port, max_body_bytes=int(a.max_body_mb * 1024 * 1024),
+                            rate_per_minute=a.rate_limit_per_minute, rate_burst=a.rate_limit_burst)
+    keys = Keys(app.store, clock=app.clock)
+    metrics = Metrics(queue=lambda: app.store.read(lambda c: queue_depth_and_age(c, app.clock())))
+    app.extras["usage"].listener = metrics.llm_call
+    scheduler = app.extras.get("scheduler")
+    host = ApiHost(access=app.access, skills=SkillLibrary(app.store, embedder, app.settings.data_path, clock=app.clock),
+                   public_space=app.access.PUBLIC_SPACE,
+                   channels=lambda: {name: True for name in app.gateway.channels},
+                   job_statuses=scheduler.status if scheduler is not None else list,
+                   flush_usage=app.extras["usage"].aflush)
+    web_app = create_app(app.engine, keys, host, metrics, settings=server, clock=app.clock)
+    app.extras["metrics"] = metrics
+    app.extras["api"] = ApiServer(web_app, keys, app.settings.data_path, server)
 
 
 def _wire_tasks_and_jobs(app: App, tools: ToolBox, embedder: Embedder) -> None:

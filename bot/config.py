@@ -116,6 +116,15 @@ class SchedulerConfig(_Section):
     retry_ingest_minutes: float = 5.0
 
 
+class ApiConfig(_Section):
+    enabled: bool = True                # `memgate run` serves the HTTP API (chat: with --api)
+    host: str = "127.0.0.1"             # loopback only by default: put a TLS proxy in front to expose it
+    port: int = Field(default=8765, ge=0, le=65535)  # 0 = any free port
+    max_body_mb: float = Field(default=4.0, gt=0, le=512)
+    rate_limit_per_minute: float = Field(default=600.0, gt=0)   # per key, refilled continuously
+    rate_limit_burst: int = Field(default=60, ge=1)             # requests a key may make at once
+
+
 class Settings(_Section):
     data_dir: str = "~/.local/share/memgate"
     log_level: str = "INFO"
@@ -126,6 +135,7 @@ class Settings(_Section):
     access: AccessConfig = AccessConfig()
     channels: ChannelsConfig = ChannelsConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
+    api: ApiConfig = ApiConfig()
     # Secrets, from the environment only (never from the file, never logged).
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
 

@@ -122,4 +122,16 @@ MEMORY_MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    # A side table, not a column: DuckDB 1.5 cannot replay an uncheckpointed ALTER TABLE on a
+    # table with a nextval() default (memories.seq), so a crash after the ALTER would corrupt it.
+    Migration(
+        2,
+        "memory versions",
+        """
+        CREATE TABLE memory_versions (
+            id VARCHAR PRIMARY KEY,             -- a memories.id; no row = version 1
+            version INTEGER NOT NULL
+        );
+        """,
+    ),
 )

@@ -1,0 +1,62 @@
+"""Who is calling: `Authorization: Bearer KEY` or `X-API-Key: KEY` -> the key's record on the request.
+
+401 for no key or a wrong, revoked or expired one (one message for all: a caller learns
+nothing about which keys exist); 403 for a live key without the scope the route needs; 429 with
+Retry-After past the key's token bucket. Paths outside /api/ (health, metrics, the dashboard)
+need no key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from bot.api.context import API_KEY, KEYS, LIMITER
+from bot.api.errors import ApiError
+from bot.api.keys import Scope
+from bot.api.ratelimit import retry_after_header
+
+
+def needed_scope(method: str, path: str) -> Scope | None:
+    """None = public; the admin tree needs admin; reads need read; everything else needs write."""
+    if not path.startswith("/api/"):
+        return None
+    if path.startswith("/api/v1/admin/") or path == "/api/v1/admin":
+        return "admin"
+    return "read" if method in ("GET", "HEAD") else "write"
+
+
+def presented_key(request: web.Request) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return request.headers.get("X-API-Key", "").strip() or None
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler) -> web.StreamResponse:
+    scope = needed_scope(request.method, request.path)
+    if scope is None:
+        return await handler(request)
+    key = presented_key(request)
+    rec = await asyncio.to_thread(request.app[KEYS].verify, key) if key else None
+    if rec is None:
+        raise ApiError(401, "unauthorized", "a valid API key is required (Authorization: Bearer KEY)",
+                       {"WWW-Authenticate": 'Bearer realm="memgate"'})
+    if not rec.allows(scope):
+        raise ApiError(403, "forbidden", f"this key has {rec.scope} scope; this route needs {scope}")
+    wait = request.app[LIMITER].take(rec.id)
+    if wait > 0:
+        raise ApiError(429, "rate_limited", "too many requests for this key; slow down",
+                       {"Retry-After": retry_after_header(wait)})
+    request[API_KEY] = rec
+    return await handler(request)
+
+
+def space_of(request: web.Request) -> str:
+    """The one space this request's key reaches (admin keys reach none through these routes)."""
+    rec = request[API_KEY]
+    if rec.space_id is None:
+        raise ApiError(403, "forbidden", "an admin key reaches the admin routes only; use a space key")
+    return rec.space_id

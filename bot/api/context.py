@@ -1,0 +1,39 @@
+"""The typed keys of the API's shared state: what the app holds (`web.AppKey`) and what auth
+puts on each request (`web.RequestKey`). Handlers read these, never string keys."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from aiohttp import web
+
+from bot.access import Access
+from bot.api.keys import ApiKey, Keys
+from bot.api.metrics import Metrics
+from bot.api.ratelimit import RateLimiter
+from memory.engine import MemoryEngine
+from memory.tasks.skill_library import SkillLibrary
+
+API_KEY = web.RequestKey("api_key", ApiKey)
+KEYS = web.AppKey("keys", Keys)
+LIMITER = web.AppKey("limiter", RateLimiter)
+ENGINE = web.AppKey("engine", MemoryEngine)
+METRICS = web.AppKey("metrics", Metrics)
+CLOCK = web.AppKey("clock", Callable[[], datetime])
+
+
+@dataclass(frozen=True, slots=True)
+class ApiHost:
+    """The parts of the running bot the API reads or drives (built by the composition root)."""
+
+    access: Access
+    skills: SkillLibrary
+    public_space: str
+    channels: Callable[[], dict[str, bool]]           # channel name -> up
+    job_statuses: Callable[[], list] = list           # the scheduler's jobs (bot.scheduler.JobStatus)
+    flush_usage: Callable[[], Awaitable[int]] | None = None  # so /usage sees the latest LLM calls
+
+
+HOST = web.AppKey("host", ApiHost)

@@ -1,0 +1,44 @@
+"""Per-key token buckets: `burst` requests at once, refilled at `per_minute` / 60 per second.
+
+Pure arithmetic over an injected monotonic clock, so tests move time instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    at: float
+
+
+class RateLimiter:
+    """take(key) -> 0.0 when allowed, else the seconds until one token is back (Retry-After)."""
+
+    def __init__(self, per_minute: float, burst: int, *, clock: Callable[[], float]) -> None:
+        self.rate = per_minute / 60.0
+        self.burst = float(burst)
+        self.clock = clock
+        self._buckets: dict[str, _Bucket] = {}
+
+    def take(self, key: str) -> float:
+        """tokens = min(burst, tokens + (now - at) * rate); allowed when tokens >= 1."""
+        now = self.clock()
+        b = self._buckets.get(key)
+        if b is None:
+            b = self._buckets[key] = _Bucket(self.burst, now)
+        b.tokens = min(self.burst, b.tokens + (now - b.at) * self.rate)
+        b.at = now
+        if b.tokens >= 1.0:
+            b.tokens -= 1.0
+            return 0.0
+        return (1.0 - b.tokens) / self.rate if self.rate > 0 else math.inf
+
+
+def retry_after_header(seconds: float) -> str:
+    """Retry-After takes whole seconds; round up so a client that obeys it is let in."""
+    return str(max(1, math.ceil(seconds))) if math.isfinite(seconds) else "3600"

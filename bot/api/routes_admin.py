@@ -1,0 +1,5 @@
+"""Admin routes (admin keys only)."""
+
+from aiohttp import web
+
+routes = web.RouteTableDef()

@@ -1,0 +1,5 @@
+"""Data routes."""
+
+from aiohttp import web
+
+routes = web.RouteTableDef()

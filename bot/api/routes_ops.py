@@ -1,0 +1,33 @@
+"""Operations routes, no key needed: GET /healthz (database, ingest queue, channels) and
+GET /metrics (Prometheus text). Neither shows anything of anyone's memory."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from bot.api.context import ENGINE, HOST, METRICS
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    engine, host = request.app[ENGINE], request.app[HOST]
+    try:
+        depth = await engine.store.aread(lambda c: c.execute(
+            "SELECT count(*) FROM ingest_queue WHERE status = 'pending'").fetchone()[0])
+        db = "ok"
+    except Exception as exc:  # the health check reports trouble, it never raises it
+        depth, db = None, f"error: {type(exc).__name__}"
+    channels = host.channels()
+    ok = db == "ok" and all(channels.values())
+    return web.json_response({"status": "ok" if ok else "degraded", "database": db, "ingest_queue": depth,
+                              "channels": channels}, status=200 if db == "ok" else 503)
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    import asyncio
+
+    body = await asyncio.to_thread(request.app[METRICS].render)  # the queue collector reads DuckDB
+    return web.Response(body=body, headers={"Content-Type": request.app[METRICS].CONTENT_TYPE})

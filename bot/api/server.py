@@ -1,0 +1,122 @@
+"""The HTTP server: `create_app` builds the aiohttp application (middlewares, typed state,
+routes; the dashboard will be served by this same app at `/`), and `ApiServer` runs it on the
+gateway's event loop as one resource of the exit stack, publishing its address and a local
+admin key (mode 600) in the data folder for the CLI while it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from aiohttp import web
+
+from bot.api import routes_admin, routes_data, routes_memories, routes_ops
+from bot.api.auth import auth_middleware
+from bot.api.context import CLOCK, ENGINE, HOST, KEYS, LIMITER, METRICS, ApiHost
+from bot.api.errors import error_middleware
+from bot.api.keys import Keys
+from bot.api.metrics import Metrics
+from bot.api.ratelimit import RateLimiter
+from memory.engine import MemoryEngine
+
+log = logging.getLogger(__name__)
+ADDRESS_FILE = "api.json"          # {"url": ...}: where the running gateway listens
+TOKEN_FILE = "api.token"           # a local admin key, valid while the gateway runs
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    max_body_bytes: int = 4 * 1024 * 1024
+    rate_per_minute: float = 600.0
+    rate_burst: int = 60
+
+
+@web.middleware
+async def _count(request: web.Request, handler) -> web.StreamResponse:
+    resp = await handler(request)
+    request.app[METRICS].api_requests.labels(request.method, str(resp.status)).inc()
+    return resp
+
+
+def create_app(engine: MemoryEngine, keys: Keys, host: ApiHost, metrics: Metrics, *,
+               settings: ServerSettings = ServerSettings(), clock: Callable[[], datetime],
+               monotonic: Callable[[], float] = time.monotonic) -> web.Application:
+    """The API application. No CORS headers are ever sent: browsers keep other origins out."""
+    # Order: errors outermost (so auth's and handlers' errors get the JSON shape), then auth.
+    app = web.Application(middlewares=[_count, error_middleware, auth_middleware],
+                          client_max_size=settings.max_body_bytes)
+    app[ENGINE] = engine
+    app[KEYS] = keys
+    app[HOST] = host
+    app[METRICS] = metrics
+    app[CLOCK] = clock
+    app[LIMITER] = RateLimiter(settings.rate_per_minute, settings.rate_burst, clock=monotonic)
+    for module in (routes_ops, routes_memories, routes_data, routes_admin):
+        app.add_routes(module.routes)
+    return app
+
+
+class ApiServer:
+    """Runs the app on host:port (`async with`); writes api.json and api.token, removes them after."""
+
+    def __init__(self, app: web.Application, keys: Keys, data_path: Path, settings: ServerSettings) -> None:
+        self.app, self.keys, self.data_path, self.settings = app, keys, Path(data_path), settings
+        self._runner: web.AppRunner | None = None
+        self._token_prefix: str | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> ApiServer:
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            # The API is an extra: a busy port must not keep the bot from answering its channels.
+            await self._runner.cleanup()
+            self._runner = None
+            log.error("API not started: cannot listen on %s:%s (%s); set [api] port to a free port or "
+                      "[api] enabled = false", self.settings.host, self.settings.port, exc.strerror)
+            return self
+        port = self._runner.addresses[0][1]
+        self.url = f"http://{self.settings.host}:{port}"
+        self._publish()
+        log.info("API listening on %s", self.url)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._unpublish()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _publish(self) -> None:
+        key, rec = self.keys.create("admin", None, name="local gateway token")
+        self._token_prefix = rec.prefix
+        self.data_path.mkdir(parents=True, exist_ok=True)
+        token = self.data_path / TOKEN_FILE
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(key + "\n")
+        os.chmod(token, 0o600)  # an existing file keeps its old mode through O_CREAT
+        (self.data_path / ADDRESS_FILE).write_text(json.dumps({"url": self.url, "pid": os.getpid()}) + "\n")
+
+    def _unpublish(self) -> None:
+        for name in (ADDRESS_FILE, TOKEN_FILE):
+            try:
+                (self.data_path / name).unlink()
+            except FileNotFoundError:
+                pass
+        if self._token_prefix:
+            try:
+                self.keys.revoke(self._token_prefix)
+            except Exception:
+                log.warning("could not revoke the local API token", exc_info=True)

@@ -1,0 +1,44 @@
+"""A real gateway App with its API on a free loopback port, a real DuckDB file and the real
+embedder; tests talk HTTP to it with aiohttp's client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aiohttp
+import pytest
+
+from bot.app import App, build_app
+from bot.api.keys import Keys
+from bot.config import ApiConfig, Settings
+
+
+@dataclass
+class Api:
+    app: App
+    http: aiohttp.ClientSession
+    keys: Keys
+
+    def key(self, space: str | None = "u_alice", scope: str = "write", **kw) -> str:
+        return self.keys.create(scope, None if scope == "admin" else space, **kw)[0]
+
+    async def call(self, method: str, path: str, key: str | None = None, **kw) -> tuple[int, object, object]:
+        headers = dict(kw.pop("headers", {}))
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        async with self.http.request(method, path, headers=headers, **kw) as resp:
+            ctype = resp.headers.get("Content-Type", "")
+            body = await resp.json() if "json" in ctype else await resp.text()
+            return resp.status, body, resp.headers.copy()
+
+
+def api_settings(tmp_path, **api) -> Settings:
+    return Settings(data_dir=str(tmp_path / "data"), api=ApiConfig(port=0, **api))
+
+
+@pytest.fixture
+async def api(tmp_path, embedder):
+    app = build_app(api_settings(tmp_path), embedder=embedder, serve_api=True)
+    async with app:
+        async with aiohttp.ClientSession(base_url=app.extras["api"].url) as http:
+            yield Api(app, http, app.extras["api"].keys)
