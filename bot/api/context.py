@@ -22,6 +22,8 @@ LIMITER = web.AppKey("limiter", RateLimiter)
 ENGINE = web.AppKey("engine", MemoryEngine)
 METRICS = web.AppKey("metrics", Metrics)
 CLOCK = web.AppKey("clock", Callable[[], datetime])
+IMPORTS = web.AppKey("imports", set)                 # running import tasks, awaited on cleanup
+INSIGHT_CACHE = web.AppKey("insight_cache", dict)    # (space, limit) -> (space fingerprint, graph JSON)
 
 
 @dataclass(frozen=True, slots=True)

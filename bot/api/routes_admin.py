@@ -1,5 +1,123 @@
-"""Admin routes (admin keys only)."""
+"""Admin routes (admin-scope keys only, checked by auth for the whole /api/v1/admin tree):
+pairing requests, people and roles, jobs, stats, and governing the public space.
+
+An admin key stands for the server's operator, so it acts as the command line does (as the owner).
+"""
+
+from __future__ import annotations
 
 from aiohttp import web
 
+from bot.access import AccessError, Identity, Role
+from bot.api.context import ENGINE, HOST
+from bot.api.errors import ApiError
+from bot.api.jobs import recent_jobs
+from bot.api.params import body_json, opt_int, page
+from bot.api.routes_memories import memory_json
+from memory.store.browse import MemoryFilter, bump_versions, list_page
+
 routes = web.RouteTableDef()
+# Who an admin key acts as: the operator, with the owner's rights (like `memgate pairing` on the server).
+OPERATOR = Identity("api", "operator", "", Role.OWNER, "admin API")
+
+
+def _identity_json(i: Identity) -> dict:
+    return {"identity": i.key, "channel": i.channel, "external_id": i.external_id, "space_id": i.space_id,
+            "role": i.role.value, "display_name": i.display_name}
+
+
+@routes.get("/api/v1/admin/pairing")
+async def pairing(request: web.Request) -> web.Response:
+    pending = await request.app[HOST].access.pending()
+    return web.json_response({"requests": [
+        {"code": p.code, "identity": p.key, "display_name": p.display_name, "created_at": p.created_at.isoformat(),
+         "expires_at": p.expires_at.isoformat()} for p in pending]})
+
+
+@routes.post("/api/v1/admin/pairing/{code}/approve")
+async def approve(request: web.Request) -> web.Response:
+    try:
+        ident = await request.app[HOST].access.approve(request.match_info["code"], None)
+    except AccessError as exc:
+        raise ApiError(404, "not_found", str(exc)) from None
+    return web.json_response({"approved": _identity_json(ident)})
+
+
+@routes.post("/api/v1/admin/pairing/{code}/deny")
+async def deny(request: web.Request) -> web.Response:
+    try:
+        await request.app[HOST].access.deny(request.match_info["code"], None)
+    except AccessError as exc:
+        raise ApiError(404, "not_found", str(exc)) from None
+    return web.json_response({"denied": request.match_info["code"].upper()})
+
+
+@routes.get("/api/v1/admin/users")
+async def users(request: web.Request) -> web.Response:
+    return web.json_response({"users": [_identity_json(i) for i in await request.app[HOST].access.users()]})
+
+
+@routes.patch("/api/v1/admin/users/{identity}")
+async def patch_user(request: web.Request) -> web.Response:
+    """{"role": "admin|user|blocked"} or {"blocked": true|false} (unblocking makes a user)."""
+    body = await body_json(request)
+    if set(body) - {"role", "blocked"} or not body:
+        raise ApiError(400, "bad_request", "send role and/or blocked")
+    role = body.get("role")
+    if "blocked" in body:
+        if not isinstance(body["blocked"], bool):
+            raise ApiError(400, "bad_request", "blocked must be true or false")
+        role = "blocked" if body["blocked"] else (role or "user")
+    if role not in ("admin", "user", "blocked"):
+        raise ApiError(400, "bad_request", "role must be admin, user or blocked (the owner is set in the config)")
+    try:
+        ident = await request.app[HOST].access.set_role(request.match_info["identity"], Role(role), OPERATOR)
+    except AccessError as exc:
+        status = 404 if str(exc).startswith("no user") else 409
+        raise ApiError(status, "not_found" if status == 404 else "conflict", str(exc)) from None
+    return web.json_response(_identity_json(ident))
+
+
+@routes.get("/api/v1/admin/jobs")
+async def jobs(request: web.Request) -> web.Response:
+    engine, host = request.app[ENGINE], request.app[HOST]
+    limit = opt_int(request.query, "limit", 50, 1, 500)
+    api_jobs = await engine.store.aread(lambda c: recent_jobs(c, limit))
+    scheduled = [{"name": s.name, "last_run": s.last_run.isoformat() if s.last_run else None, "runs": s.runs,
+                  "failures": s.failures, "last_error": s.last_error, "running": s.running}
+                 for s in host.job_statuses()]
+    return web.json_response({"jobs": api_jobs, "scheduled": scheduled})
+
+
+@routes.get("/api/v1/admin/stats")
+async def stats(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+
+    def read(c):
+        by_kind = dict(c.execute("SELECT kind, count(*) FROM memories WHERE status = 'active' GROUP BY kind").fetchall())
+        queue = dict(c.execute("SELECT status, count(*) FROM ingest_queue GROUP BY status").fetchall())
+        spaces = c.execute("SELECT count(*) FROM spaces").fetchone()[0]
+        people = c.execute("SELECT count(*) FROM identities").fetchone()[0]
+        keys = c.execute("SELECT count(*) FROM api_keys WHERE revoked_at IS NULL").fetchone()[0]
+        return {"memories": by_kind, "ingest_queue": queue, "spaces": spaces, "identities": people, "live_keys": keys}
+
+    return web.json_response(await engine.store.aread(read))
+
+
+@routes.get("/api/v1/admin/public/memories")
+async def public_memories(request: web.Request) -> web.Response:
+    engine, public = request.app[ENGINE], request.app[HOST].public_space
+    limit, offset = page(request.query)
+    views, total = await engine.store.aread(lambda c: list_page(c, public, MemoryFilter(), limit, offset))
+    return web.json_response({"memories": [memory_json(m) for m in views], "total": total, "limit": limit,
+                              "offset": offset})
+
+
+@routes.delete("/api/v1/admin/public/memories/{id}")
+async def delete_public(request: web.Request) -> web.Response:
+    engine, public, memory_id = request.app[ENGINE], request.app[HOST].public_space, request.match_info["id"]
+    result = await engine.forget([memory_id], [public])
+    if not result.forgotten:
+        raise ApiError(404, "not_found", f"no memory {memory_id} in the public space")
+    await engine.store.awrite(lambda c: bump_versions(c, list(result.forgotten)))
+    return web.json_response({"forgotten": list(result.forgotten)})

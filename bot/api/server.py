@@ -6,6 +6,7 @@ admin key (mode 600) in the data folder for the CLI while it runs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from aiohttp import web
 
 from bot.api import routes_admin, routes_data, routes_memories, routes_ops
 from bot.api.auth import auth_middleware
-from bot.api.context import CLOCK, ENGINE, HOST, KEYS, LIMITER, METRICS, ApiHost
+from bot.api.context import CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, METRICS, ApiHost
 from bot.api.errors import error_middleware
 from bot.api.keys import Keys
 from bot.api.metrics import Metrics
@@ -60,9 +61,18 @@ def create_app(engine: MemoryEngine, keys: Keys, host: ApiHost, metrics: Metrics
     app[METRICS] = metrics
     app[CLOCK] = clock
     app[LIMITER] = RateLimiter(settings.rate_per_minute, settings.rate_burst, clock=monotonic)
+    app[IMPORTS] = set()
+    app[INSIGHT_CACHE] = {}
+    app.on_cleanup.append(_finish_imports)
     for module in (routes_ops, routes_memories, routes_data, routes_admin):
         app.add_routes(module.routes)
     return app
+
+
+async def _finish_imports(app: web.Application) -> None:
+    """An accepted import is finished before the database closes (it is a job someone polls)."""
+    if app[IMPORTS]:
+        await asyncio.gather(*app[IMPORTS], return_exceptions=True)
 
 
 class ApiServer:

@@ -28,7 +28,7 @@ class Api:
             headers["Authorization"] = f"Bearer {key}"
         async with self.http.request(method, path, headers=headers, **kw) as resp:
             ctype = resp.headers.get("Content-Type", "")
-            body = await resp.json() if "json" in ctype else await resp.text()
+            body = await resp.json() if ctype.startswith("application/json") else await resp.text()
             return resp.status, body, resp.headers.copy()
 
 

@@ -19,7 +19,7 @@ ROUTES = [
 ]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(a=SPACE, b=SPACE, routes=st.lists(st.sampled_from(ROUTES), min_size=3, max_size=8), data=st.data())
 async def test_a_key_never_sees_another_space(api, a, b, routes, data):
     if a == b:
@@ -35,11 +35,11 @@ async def test_a_key_never_sees_another_space(api, a, b, routes, data):
         kw = {"json": {"pinned": True}} if method == "PATCH" else {}
         status, body, _ = await api.call(method, url, key_a, **kw)
         text = body if isinstance(body, str) else json.dumps(body)
-        assert marker not in text and theirs["id"] not in text, (method, url, status)
+        assert marker not in text, (method, url, status)
         if "{id}" in path or "{job}" in path:
             assert status == 404, (method, url, status)
-        else:
-            assert status == 200, (method, url, status, body)
+        else:  # (a 404 may name the id A itself sent; nothing else may)
+            assert status == 200 and theirs["id"] not in text, (method, url, status, body)
     # B's memory is untouched by whatever A tried.
     _, still, _ = await api.call("GET", f"/api/v1/memories/{theirs['id']}", key_b)
     assert still["status"] == "active" and still["pinned"] is False and mine["id"] != theirs["id"]
