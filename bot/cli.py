@@ -68,10 +68,10 @@ def setup_logging(settings: Settings, *, to_file: bool) -> None:
 
 
 # --- chat and run -------------------------------------------------------------------------
-async def _serve(settings: Settings, channels, *, until_console_closes: bool) -> int:
+async def _serve(settings: Settings, channels, *, until_console_closes: bool, serve_api: bool = False) -> int:
     from bot.app import build_app
 
-    app = build_app(settings, channels=channels)
+    app = build_app(settings, channels=channels, serve_api=serve_api)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -107,7 +107,8 @@ def cmd_chat(settings: Settings, args) -> int:
     console = _console(settings, args.user)
     if sys.stdin.isatty():
         print(f"memgate: talking as {console.user}. /help for commands, Ctrl-D to leave.\n")
-    return asyncio.run(_serve(settings, [console], until_console_closes=True))
+    return asyncio.run(_serve(settings, [console], until_console_closes=True,
+                              serve_api=bool(args.api) and settings.api.enabled))
 
 
 def build_channels(settings: Settings) -> list:
@@ -148,7 +149,7 @@ def cmd_run(settings: Settings, args) -> int:
     if not settings.llm_configured:
         log.warning("no LLM configured: the bot answers commands only. %s", NO_LLM_TEXT.splitlines()[0])
     log.info("starting channels: %s", ", ".join(c.name for c in channels))
-    return asyncio.run(_serve(settings, channels, until_console_closes=False))
+    return asyncio.run(_serve(settings, channels, until_console_closes=False, serve_api=settings.api.enabled))
 
 
 # --- memory -------------------------------------------------------------------------------
@@ -304,6 +305,46 @@ def cmd_jobs(settings: Settings, args) -> int:
     return 0
 
 
+def cmd_keys(settings: Settings, args) -> int:
+    """API keys: create (printed once), list, revoke."""
+    from bot.api.keys import Keys, format_keys, parse_duration
+
+    app = _engine(settings)
+    try:
+        keys = Keys(app.store, clock=app.clock)
+        if args.action == "list":
+            print(format_keys(keys.list(), app.clock()))
+        elif args.action == "revoke":
+            rec = keys.revoke(args.prefix)
+            print(f"revoked {rec.prefix}… ({rec.scope}, {rec.space_id or 'admin'})")
+        else:
+            space = args.space
+            if args.user:
+                space = _user_space(app, args.user)
+            scope = "admin" if args.admin else args.scope
+            expires = parse_duration(args.expires) if args.expires else None
+            if space:
+                asyncio.run(app.engine.ensure_space(space, "user"))
+            key, rec = keys.create(scope, None if args.admin else space, expires=expires, name=args.name)
+            print(key)
+            print(f"(shown once; {rec.scope} key for {rec.space_id or 'the admin routes'}, prefix {rec.prefix})",
+                  file=sys.stderr)
+    finally:
+        app.store.close()
+    return 0
+
+
+def _user_space(app, who: str) -> str:
+    """A person's space by 'channel:id' or display name (as /users shows them)."""
+    people = asyncio.run(app.access.users())
+    found = [i for i in people if i.key == who] or \
+        [i for i in people if i.display_name.removeprefix("@").casefold() == who.removeprefix("@").casefold()]
+    if len(found) != 1:
+        raise ConfigError(f"no user {who!r}: see `memgate pairing list` / /users" if not found
+                          else f"several users are called {who!r}: use one of {', '.join(i.key for i in found)}")
+    return found[0].space_id
+
+
 def cmd_wechat(settings: Settings, args) -> int:
     from adapters.wechat.ilink.login import login
 
@@ -322,6 +363,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("chat", help="talk to the bot in this terminal")
     c.add_argument("--user", help="your name (each name has its own memory)")
+    c.add_argument("--api", action="store_true", help="also serve the HTTP API ([api] host and port) while chatting")
     c.set_defaults(func=cmd_chat)
     sub.add_parser("run", help="start every enabled channel").set_defaults(func=cmd_run)
     m = sub.add_parser("memory", help="search, list, export or import memories")
@@ -348,6 +390,20 @@ def parser() -> argparse.ArgumentParser:
     pa.add_argument("code", nargs="?")
     pa.set_defaults(func=cmd_pairing)
     sub.add_parser("jobs", help="background jobs").set_defaults(func=cmd_jobs)
+    k = sub.add_parser("keys", help="API keys (hashed; a key is printed once, at creation)")
+    ksub = k.add_subparsers(dest="action", required=True)
+    kc = ksub.add_parser("create", help="create a key and print it once")
+    who = kc.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", help="the person whose space the key reaches (channel:id or display name)")
+    who.add_argument("--space", help="the space id the key reaches")
+    who.add_argument("--admin", action="store_true", help="an admin key: the admin routes, no space")
+    kc.add_argument("--scope", choices=["read", "write"], default="read", help="read (default) or write")
+    kc.add_argument("--expires", help="lifetime such as 30d, 12h, 2w, 90m (default: never)")
+    kc.add_argument("--name", help="a note to tell keys apart in `keys list`")
+    ksub.add_parser("list", help="every key: prefix, scope, space, state, expiry (never the key)")
+    kr = ksub.add_parser("revoke", help="revoke the key whose prefix starts with PREFIX")
+    kr.add_argument("prefix", help="the key's prefix as `keys list` shows it (mg_...)")
+    k.set_defaults(func=cmd_keys)
     w = sub.add_parser("wechat", help="WeChat iLink bot")
     w.add_argument("action", choices=["login"])
     w.set_defaults(func=cmd_wechat)

@@ -146,6 +146,9 @@ class Keys:
     def revoke(self, prefix: str) -> ApiKey:
         """Revoke the one live key whose prefix starts with `prefix` (ambiguity is an error)."""
         now = utc_naive(self.clock())
+        prefix = prefix.strip().rstrip("…").rstrip(".")  # pasted from `keys list`, ellipsis and all
+        if len(prefix) < 4:
+            raise ApiKeyError("give at least 4 characters of the key's prefix")
 
         def write(con: Conn) -> ApiKey:
             rows = con.execute(f"SELECT {_COLUMNS} FROM api_keys WHERE starts_with(prefix, ?) AND revoked_at IS NULL",
@@ -157,3 +160,16 @@ class Keys:
             return ApiKey(*rows[0][:7], now)
 
         return self.store.write(write)
+
+
+def format_keys(keys: list[ApiKey], now: datetime) -> str:
+    """`memgate keys list`: one line per key, never the key itself."""
+    if not keys:
+        return "no API keys (create one with: memgate keys create --user NAME)"
+    lines = []
+    for k in keys:
+        state = ("revoked" if k.revoked_at else "expired" if k.expires_at and k.expires_at <= utc_naive(now)
+                 else "live")
+        until = f"until {k.expires_at:%Y-%m-%d %H:%M}" if k.expires_at else "no expiry"
+        lines.append(f"{k.prefix}…  {k.scope:<5}  {k.space_id or '(admin)':<24}  {state:<7}  {until:<22}  {k.name or ''}")
+    return "\n".join(lines)
