@@ -16,6 +16,7 @@ from pathlib import Path
 
 SCENARIO_MODULES = (
     # one line per module that registers scenarios, e.g. "tests.reliability.test_inbox"
+    "tests.reliability.test_api",
 )
 
 
