@@ -20,7 +20,8 @@ from memory.ingest.capture import CapturedTurn, TurnMessage
 from memory.engine import MemoryEngine
 from memory.errors import LLMError
 from memory.llm import LLM
-from memory.text import MEMORY_CLOSE, MEMORY_OPEN
+from memory.recall.block import extend_block
+from memory.text import neutralize
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,11 @@ class Agent:
         if self.settings.extra_system:
             system += "\n\n" + self.settings.extra_system
         system += "\n\n" + (block or prompts.NO_MEMORY_HINT)
-        messages: list[dict] = [{"role": "system", "content": system}, *req.history,
-                                {"role": "user", "content": req.text}]
+        # What people wrote (history, this message) keeps its roles, but no chat-template token in
+        # it may forge another turn; the memory block is neutralised where it is rendered.
+        messages: list[dict] = [{"role": "system", "content": system},
+                                *({**m, "content": neutralize(m["content"])} for m in req.history),
+                                {"role": "user", "content": neutralize(req.text)}]
         t_prompt = time.perf_counter()
         calls_before = self.llm.usage.total_calls()
         tokens_before = (sum(self.llm.usage.prompt_tokens.values()), sum(self.llm.usage.completion_tokens.values()))
@@ -133,10 +137,8 @@ class Agent:
         if not found:
             return block
         await self.skills.count_usage([s.id for s in found])
-        lines = "\n".join(f"- skill {s.name} (v{s.version}): {s.description} — read it with skill_get" for s in found)
-        if not block:
-            return f"{MEMORY_OPEN}\n{prompts.MEMORY_BLOCK_HEADER}\n{lines}\n{MEMORY_CLOSE}"
-        return block.replace(MEMORY_CLOSE, f"{lines}\n{MEMORY_CLOSE}")
+        return extend_block(block, [f"- skill {s.name} (v{s.version}): {s.description} — read it with skill_get"
+                                    for s in found])
 
     async def _loop(self, messages: list[dict], ctx: ToolContext) -> tuple[str, list[TurnMessage], float]:
         """Up to max_tool_rounds rounds of tool calls, then a final answer without tools."""
@@ -154,7 +156,8 @@ class Agent:
                 for tc in result.tool_calls]})
             for tc in result.tool_calls:
                 output = await self.tools.execute(tc.name, tc.arguments, ctx)
-                messages.append({"role": "tool", "tool_call_id": tc.id, "content": output})
+                # Tool results carry stored text: it must not forge a role in the next round.
+                messages.append({"role": "tool", "tool_call_id": tc.id, "content": neutralize(output)})
                 tool_msgs.append(TurnMessage("tool", output, tool_name=tc.name))
         raise AssertionError("unreachable")
 

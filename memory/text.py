@@ -13,6 +13,8 @@ import threading
 import unicodedata
 from pathlib import Path
 
+from memory.prompts import MEMORY_BLOCK_HEADER, NO_MEMORY_HINT
+
 log = logging.getLogger(__name__)
 
 MEMORY_OPEN = "<memory-context>"
@@ -22,7 +24,6 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
 _SPACES = re.compile(r"[ \t\u00a0\u3000]+")
-_MEMORY_BLOCK = re.compile(r"<memory-context>.*?(?:</memory-context>|\Z)\s*", re.DOTALL | re.IGNORECASE)
 
 # A small, deliberate English stopword list: BM25 over LoCoMo finds 65.8% of the evidence in the
 # top 10 when the query drops these, against 53.8% when it keeps every word (DESIGN section 9).
@@ -63,13 +64,96 @@ def has_cjk(text: str) -> bool:
     return _CJK.search(text) is not None
 
 
-def strip_memory_context(text: str) -> str:
-    """Remove every injected <memory-context> block (idempotent; the user's own words are kept).
+# Our own blocks start with our exact opening tag and one of our exact header lines: only those
+# are stripped, so a person who writes a lone "<memory-context>" keeps every word after it.
+_OUR_BLOCK = re.compile(
+    re.escape(MEMORY_OPEN) + r"[ \t]*\n[ \t]*(?:" + "|".join(
+        re.escape(h) for h in (MEMORY_BLOCK_HEADER, NO_MEMORY_HINT.split("\n")[1].split(". ")[0])
+    ) + r").*?(?:" + re.escape(MEMORY_CLOSE) + r"|\Z)[ \t]*\n?",
+    re.DOTALL,
+)
 
-    An unclosed block (a truncated echo) is removed to the end of the text, because everything
-    after our opening tag was written by us.
+
+def strip_memory_context(text: str) -> str:
+    """Remove the <memory-context> blocks we injected (idempotent; the person's words are kept).
+
+    A block is ours when it starts with our opening tag and our exact header line; a truncated
+    echo of one is removed to the end, because everything after our header was written by us.
+    Anything else that looks like a tag is the person's text and stays.
     """
-    return _MEMORY_BLOCK.sub("", text).strip()
+    return _OUR_BLOCK.sub("", text.replace("\r\n", "\n")).strip()
+
+
+# --- prompt safety ------------------------------------------------------------------------------
+# What could open or close one of our blocks or forge a role in a chat template, matched in a view
+# of the text that is NFKC-normalised, casefolded and without invisible marks, so "＜/ＭＥＭＯＲＹ-
+# context＞" or "</memory\u200b-context>" are caught like the plain tag.
+_FORGERY = re.compile(
+    r"<\s*/?\s*memory[\s_-]*context\b(?:[^<>\n]{0,80}>)?"       # our block tags, with or without '>'
+    r"|<\s*/?\s*(?:s|system|user|assistant|im_start|im_end|start_of_turn|end_of_turn|bos|eos|eot)\s*>"
+    r"|<<\s*/?\s*sys\s*>>"                                      # Llama 2 system markers
+    r"|\[\s*/?\s*inst\s*\]"                                      # Llama 2 / Mistral turn markers
+    r"|<\||\|>"                                                 # <|im_start|>, <|eot_id|>, ...
+)
+# Replacements that NFKC leaves alone (full-width brackets would turn back into ASCII).
+_DEFANG = str.maketrans({"<": "‹", ">": "›", "[": "(", "]": ")"})
+_BRACKETS = frozenset("<>[|")
+
+
+def _folded_view(text: str) -> tuple[str, list[int]]:
+    """NFKC + casefold per character, invisible marks dropped; and the source index of each char."""
+    out: list[str] = []
+    owner: list[int] = []
+    for i, ch in enumerate(text):
+        for c in unicodedata.normalize("NFKC", ch).casefold():
+            if unicodedata.category(c) not in ("Cf", "Mn"):
+                out.append(c)
+                owner.append(i)
+    return "".join(out), owner
+
+
+def _defang_once(text: str) -> str:
+    folded, owner = _folded_view(text)
+    parts: list[str] = []
+    pos = 0
+    for m in _FORGERY.finditer(folded):
+        start, end = owner[m.start()], owner[m.end() - 1] + 1
+        if start < pos:
+            continue
+        # The replacement is the folded form of the whole source characters the match covers.
+        lo = owner.index(start)
+        hi = len(owner) - owner[::-1].index(end - 1)
+        parts += [text[pos:start], folded[lo:hi].translate(_DEFANG)]
+        pos = end
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def neutralize(text: str) -> str:
+    """Text that can sit in a prompt without opening or closing our blocks or forging a role.
+
+    Only the dangerous spans change (their brackets become ‹ › ( )); everything else is kept as
+    written. Stable: neutralize(neutralize(x)) == neutralize(x).
+    """
+    if not (_BRACKETS & set(text if text.isascii() else unicodedata.normalize("NFKC", text))):
+        return text
+    while True:
+        out = _defang_once(text)
+        if out == text:
+            return out
+        text = out
+
+
+def render_name(name: str | None, limit: int = 64) -> str:
+    """A display name as one safe line: control and line-break characters collapsed to spaces."""
+    if not name:
+        return ""
+    flat = "".join(" " if unicodedata.category(c)[0] == "C" or unicodedata.category(c) in ("Zl", "Zp") else c
+                   for c in name)
+    out = " ".join(neutralize(flat).split())
+    if len(out) > limit:
+        out = " ".join(neutralize(out[:limit]).split())[:limit].rstrip()
+    return out
 
 
 class _Jieba:

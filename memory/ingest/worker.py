@@ -29,7 +29,7 @@ from memory.llm import LLM
 from memory.store.rows import NewMemory, insert_memories, new_id, utc_naive
 from memory.ingest.raw import TITLE_CHARS, RawMessage, embed_text, index_text, raw_rows
 from memory.store.connection import Conn, Store
-from memory.text import content_hash, estimate_tokens, normalize, redact, trim
+from memory.text import content_hash, estimate_tokens, neutralize, normalize, redact, render_name, trim
 from memory.store.vectors import vector_candidates
 
 log = logging.getLogger(__name__)
@@ -397,7 +397,10 @@ def _render_messages(drafts: Sequence[_Draft]) -> str:
             text = trim(text, 600)
         elif estimate_tokens(text) > 1500:
             text = trim(text, 4000)
-        lines.append(f"[{d.n}] {d.msg.role}{' (' + d.msg.speaker + ')' if d.msg.speaker else ''}"
+        # Continuation lines are indented so a message cannot forge a "[n] role:" line of its own.
+        text = neutralize(text).replace("\n", "\n    ")
+        speaker = render_name(d.msg.speaker)
+        lines.append(f"[{d.n}] {d.msg.role}{' (' + speaker + ')' if speaker else ''}"
                      f"{' (already stored)' if d.skip else ''}: {text}")
     return "\n".join(lines)
 

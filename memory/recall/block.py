@@ -1,5 +1,9 @@
 """The injected block: recalled memories rendered as one <memory-context> data block, with
-ages a person would say ("3 days ago") and a token budget."""
+ages a person would say ("3 days ago") and a token budget.
+
+Everything inside comes from people (memories, names, skill descriptions), so each item is one
+line, neutralised: it cannot close the block, open another one or forge a chat-template role.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from memory.prompts import MEMORY_BLOCK_HEADER
 from memory.recall import ranking
 from memory.recall.search import MemoryHit
 from memory.store.rows import utc_naive
-from memory.text import MEMORY_CLOSE, MEMORY_OPEN, estimate_tokens
+from memory.text import MEMORY_CLOSE, MEMORY_OPEN, estimate_tokens, neutralize, render_name
 
 
 def fold_overlapping(hits: Sequence[MemoryHit], threshold: float = 0.7) -> list[MemoryHit]:
@@ -47,9 +51,12 @@ def render_block(hits: Sequence[MemoryHit], now: datetime, *, max_items: int = 6
     lines: list[str] = []
     budget = max_tokens - estimate_tokens(MEMORY_BLOCK_HEADER) - 8
     for h in fold_overlapping(hits, fold)[:max_items]:
-        who = f" {h.speaker}" if h.kind == "chunk" and h.speaker else (" user" if h.role == "user" else "")
+        speaker = render_name(h.speaker) if h.kind == "chunk" else ""
+        who = f" {speaker}" if speaker else (" user" if h.role == "user" else "")
         pin = ", pinned" if h.pinned else ""
-        text = " ".join(h.text.split())
+        text = one_line(h.text)
+        if not text:
+            continue
         line = f"- [{h.id}] ({_KIND_LABEL.get(h.kind, h.kind)}{who}, {humanize_age(h.created_at, now)}"\
                f", {utc_naive(h.created_at):%Y-%m-%d}{pin}) {text}"
         cost = estimate_tokens(line)
@@ -64,3 +71,19 @@ def render_block(hits: Sequence[MemoryHit], now: datetime, *, max_items: int = 6
     if not lines:
         return ""
     return "\n".join([MEMORY_OPEN, MEMORY_BLOCK_HEADER, *lines, MEMORY_CLOSE])
+
+
+def one_line(text: str) -> str:
+    """Person-written text as one neutralised line (every kind of line break collapsed)."""
+    return " ".join(neutralize(text).split())
+
+
+def extend_block(block: str, lines: Sequence[str]) -> str:
+    """Add item lines (e.g. skills) at the end of a block, or make a block of them alone."""
+    safe = [f"- {one_line(line.removeprefix('- '))}" for line in lines if one_line(line.removeprefix("- "))]
+    if not safe:
+        return block
+    if not block:
+        return "\n".join([MEMORY_OPEN, MEMORY_BLOCK_HEADER, *safe, MEMORY_CLOSE])
+    body = block.removesuffix(MEMORY_CLOSE).rstrip("\n")
+    return "\n".join([body, *safe, MEMORY_CLOSE])

@@ -7,15 +7,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memory.text import (
-    MEMORY_CLOSE, MEMORY_OPEN, content_hash, has_cjk, query_terms, redact, strip_memory_context, tokenize,
+    MEMORY_CLOSE, MEMORY_OPEN, content_hash, has_cjk, neutralize, query_terms, redact, strip_memory_context,
+    tokenize,
 )
+from memory.prompts import MEMORY_BLOCK_HEADER
 
 USER_TEXT = st.text(alphabet=st.characters(blacklist_characters="<>", blacklist_categories=("Cs",)), max_size=200)
 
 
 @given(before=USER_TEXT, inner=st.text(max_size=200), after=USER_TEXT)
 def test_strip_is_idempotent_and_keeps_user_words(before, inner, after):
-    text = f"{before}{MEMORY_OPEN}\n{inner.replace(MEMORY_CLOSE, '')}\n{MEMORY_CLOSE}\n{after}"
+    body = neutralize(" ".join(inner.split()))
+    text = f"{before}{MEMORY_OPEN}\n{MEMORY_BLOCK_HEADER}\n- {body}\n{MEMORY_CLOSE}\n{after}"
     once = strip_memory_context(text)
     assert strip_memory_context(once) == once
     assert MEMORY_OPEN not in once
@@ -24,7 +27,7 @@ def test_strip_is_idempotent_and_keeps_user_words(before, inner, after):
 
 
 def test_unclosed_block_is_removed_to_the_end():
-    assert strip_memory_context(f"hello {MEMORY_OPEN} remembered stuff") == "hello"
+    assert strip_memory_context(f"hello {MEMORY_OPEN}\n{MEMORY_BLOCK_HEADER}\n- remembered stuff") == "hello"
 
 
 def test_hash_ignores_case_and_spacing():
