@@ -26,7 +26,7 @@ from memory.store.rows import (
 from memory.recall.block import render_block
 from memory.recall.search import MemoryHit, Recaller, RecallSettings
 from memory.store.connection import Conn, Store, vectors_literal
-from memory.text import content_hash, normalize, set_jieba_cache_dir, trim
+from memory.text import content_hash, normalize, redact, set_jieba_cache_dir, trim
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +119,11 @@ class MemoryEngine:
 
     async def remember(self, text: str, space_id: str, *, pinned: bool = False, category: str = "about_you",
                        source: str = "explicit") -> MemoryRecord:
-        """Store a fact the person asked us to keep (no LLM; an exact duplicate is re-used and pinned)."""
-        text = normalize(text)
+        """Store a fact the person asked us to keep (no LLM; an exact duplicate is re-used and pinned).
+
+        Secrets are redacted first: "/remember my wifi password is X" keeps that there is one, not X.
+        """
+        text = normalize(redact(text))
         h = content_hash(text)
         vec = await asyncio.to_thread(self.embedder.embed_passages, [text])
         now = self.clock()

@@ -11,6 +11,7 @@ import logging
 import re
 import threading
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
 
 from memory.prompts import MEMORY_BLOCK_HEADER, NO_MEMORY_HINT
@@ -232,26 +233,71 @@ def trim(text: str, limit: int) -> str:
 
 
 # --- redaction -------------------------------------------------------------------------------
-# Secrets never reach an LLM, a summary or a log. The patterns cover the common key shapes;
-# a generic "password: xyz" catches what people type themselves.
+# Secrets are redacted at capture, before anything is stored or sent again (history, recall,
+# ingest), and again before any text reaches the memory LLM. Each pattern names the secret part
+# `s` (the whole match when it has none): what surrounds it ("my password is", the URL's host)
+# stays, so the memory still says what the secret was for.
+_PLACEHOLDER = re.compile(r"\[REDACTED[A-Z_]*\]")
+# A value after "password is" / "密码：": quoted, or up to the next space or clause punctuation
+# (a trailing full stop or comma belongs to the sentence, not the password).
+_VALUE = (r"""(?P<s>\[REDACTED[A-Z_]*\]|"[^"\n]{1,200}"|'[^'\n]{1,200}'|[^\s"'，。；、！？,;]+?)"""
+          r"""(?=[.,;:!?)\]}]*(?:\s|$)|[，。；、！？,;])""")
 _SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S), "[REDACTED_PRIVATE_KEY]"),
-    (re.compile(r"\b(?:sk|pk|rk)-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_\-]{16,}"), "[REDACTED_KEY]"),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), "[REDACTED_KEY]"),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), "[REDACTED_KEY]"),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "[REDACTED_KEY]"),
-    (re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"), "[REDACTED_KEY]"),
-    (re.compile(r"\b\d{8,10}:[A-Za-z0-9_-]{35}\b"), "[REDACTED_KEY]"),  # Telegram bot token
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:.*?-----END [A-Z ]*PRIVATE KEY-----|.*\Z)", re.S), "[REDACTED_PRIVATE_KEY]"),
+    # OpenAI (sk-, sk-proj-, sk-svcacct-), Anthropic (sk-ant-api03-); a digit is required so that
+    # "sk-learn-is-a-great-library" is not a key.
+    (re.compile(r"\b(?:sk|pk|rk)-(?:proj-|ant-(?:[a-z]+\d+-)?|live-|test-|svcacct-|admin-)?(?=[A-Za-z_\-]*\d)[A-Za-z0-9_\-]{16,}"), "[REDACTED_KEY]"),
+    (re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{10,}"), "[REDACTED_KEY]"),          # Stripe
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{22,}"), "[REDACTED_KEY]"),  # GitHub
+    (re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{10,}|\bxapp-\d-[A-Za-z0-9-]{10,}"), "[REDACTED_KEY]"),  # Slack
+    (re.compile(r"\bhf_[A-Za-z0-9]{30,}"), "[REDACTED_KEY]"),                                   # Hugging Face
+    (re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA|AGPA)[0-9A-Z]{16}\b"), "[REDACTED_KEY]"),           # AWS key ids
+    (re.compile(r"\bAIza[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])"), "[REDACTED_KEY]"),             # Google
+    (re.compile(r"\b\d{8,10}:[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"), "[REDACTED_KEY]"),          # Telegram bot token
     (re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"), "[REDACTED_JWT]"),
-    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{12,}"), r"\1 [REDACTED]"),
-    (re.compile(r"(?i)(\b(?:api[_-]?key|secret|token|access[_-]?key|passwd|password|pwd)\b\s*[:=]\s*)(\"[^\"]+\"|'[^']+'|\S+)"), r"\1[REDACTED]"),
-    (re.compile(r"((?:密码|口令|密钥|令牌)\s*(?:是|为|:|：)\s*)(\S+)"), r"\1[REDACTED]"),
-    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)([^\s@/]+)(@)"), r"\1[REDACTED]\3"),
+    (re.compile(r"(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=-]{12,})"), "[REDACTED]"),
+    (re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<s>[^\s@/]+)@"), "[REDACTED]"),       # URL credentials
+    # KEY=value and "key: value" for names that say secret: aws_secret_access_key, DB_PASSWORD, api-key.
+    (re.compile(r"(?i)\b(?:[a-z0-9]+[_-])*(?:api[_-]?key|secret(?:[_-]?key)?|token|access[_-]?key|passwd|password|pwd"
+                r"|client[_-]?secret|private[_-]?key)(?:[_-][a-z0-9]+)*\s*[:=]\s*" + _VALUE), "[REDACTED]"),
+    # What people type: "my password is X", "the PIN was 1234", "passcode for the door is X".
+    (re.compile(r"(?i)\b(?:pass(?:word|phrase|code)|passwd|pin(?:\s+code)?)(?:\s+(?:for|of|to)\s+(?:the\s+|my\s+)?[\w.-]+)?"
+                r"\s+(?:is|was|=)\s+" + _VALUE), "[REDACTED]"),
+    (re.compile(r"(?:密码|口令|密钥|令牌|暗号)\s*(?:是|为|:|：|=)\s*" + _VALUE), "[REDACTED]"),
 )
+_MIN_SCRUB = 3  # shorter literals would scrub ordinary words elsewhere in the turn
 
 
-def redact(text: str) -> str:
-    """Replace API keys, bearer tokens, passwords and private keys by placeholders."""
-    for pattern, repl in _SECRET_PATTERNS:
+def _apply(text: str, found: list[str] | None) -> str:
+    for pattern, placeholder in _SECRET_PATTERNS:
+        def repl(m: re.Match[str], placeholder: str = placeholder) -> str:
+            group = "s" if "s" in m.re.groupindex else 0
+            secret = m.group(group)
+            if _PLACEHOLDER.fullmatch(secret.strip("\"'")):
+                return m.group(0)
+            if found is not None:
+                found.append(secret.strip("\"'") if group == "s" else secret)
+            start, end = m.span(group)
+            return m.group(0)[: start - m.start()] + placeholder + m.group(0)[end - m.start():]
+
         text = pattern.sub(repl, text)
+    return text
+
+
+def find_secrets(text: str) -> list[str]:
+    """The secret values in `text`, in order, without duplicates (placeholders are not secrets)."""
+    found: list[str] = []
+    _apply(text, found)
+    return list(dict.fromkeys(found))
+
+
+def redact(text: str, known: Sequence[str] = ()) -> str:
+    """Replace API keys, tokens, passwords and private keys by placeholders.
+
+    `known` are secrets already found elsewhere (the same turn's user message): their literal
+    occurrences are scrubbed too, so an assistant that echoes "hunter2" does not store it.
+    """
+    text = _apply(text, None)
+    for secret in sorted({k for k in known if len(k) >= _MIN_SCRUB}, key=len, reverse=True):
+        text = re.sub(r"(?<![A-Za-z0-9_])" + re.escape(secret) + r"(?![A-Za-z0-9_])", "[REDACTED]", text)
     return text

@@ -2,8 +2,10 @@
 
 Cleaning removes what must never become memory: our own injected <memory-context> blocks
 (else recall would feed on itself), the results of our own memory tools (they are memories
-already), channel metadata, and empty messages. Secrets are redacted later, before any text
-reaches an LLM, so the stored chunk keeps what the person actually wrote.
+already), channel metadata, and empty messages. Secrets are redacted here, before the turn is
+stored: the queue payload is what history, ingest and so recall read, so nothing later sees a
+key or password the person typed (only the reply of this very turn did). A secret found in one
+message is scrubbed from the whole turn, so the assistant's echo of it is not stored either.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from datetime import datetime
 
 from memory.store.rows import new_id, utc_naive
 from memory.store.connection import Conn, Store
-from memory.text import strip_memory_context
+from memory.text import find_secrets, redact, strip_memory_context
 
 # Tools whose results are memories already: capturing them would store memories twice.
 MEMORY_TOOLS = frozenset({
@@ -49,12 +51,18 @@ class CapturedTurn:
 
 
 def clean_messages(messages: Iterable[TurnMessage]) -> list[TurnMessage]:
-    """Drop our memory blocks, metadata, our own memory tools' results and empty messages."""
-    out: list[TurnMessage] = []
+    """Drop our memory blocks, metadata, our own memory tools' results and empty messages; redact."""
+    kept: list[TurnMessage] = []
     for m in messages:
         if m.role == "tool" and m.tool_name in MEMORY_TOOLS:
             continue
         text = _METADATA.sub("", strip_memory_context(m.text)).strip()
+        if text:
+            kept.append(TurnMessage(role=m.role, text=text, speaker=m.speaker, tool_name=m.tool_name))
+    secrets = [s for m in kept for s in find_secrets(m.text)]
+    out = []
+    for m in kept:
+        text = redact(m.text, secrets).strip()
         if text:
             out.append(TurnMessage(role=m.role, text=text, speaker=m.speaker, tool_name=m.tool_name))
     return out
