@@ -12,7 +12,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from bot.access import Access, Allowed, Role
@@ -61,6 +61,9 @@ class _Command:
 # refused, never handed to the fuzzy search (which could then forget an unrelated memory).
 _MEMORY_ID = re.compile(r"^[a-z]+_[0-9a-f]{12}$")
 
+# How long a "/forget WORDS" listing waits for its "/forget yes".
+FORGET_CONFIRM = timedelta(minutes=5)
+
 HELP_HEADER = "I remember what you tell me and recall it when it matters. Commands:"
 
 
@@ -71,7 +74,7 @@ class Commands:
     clock: Callable[[], datetime]
     extra: dict[str, Any] = field(default_factory=dict)   # optional: tasks, skills, scheduler, usage
     _table: dict[str, _Command] = field(default_factory=dict, init=False)
-    _confirm: dict[str, list[str]] = field(default_factory=dict, init=False)
+    _confirm: dict[str, tuple[datetime, list[str]]] = field(default_factory=dict, init=False)  # per conversation
 
     def __post_init__(self) -> None:
         t = self._table
@@ -149,13 +152,24 @@ class Commands:
         return f"Remembered [{rec.id}] (pinned)."
 
     async def _forget(self, ctx: CommandContext) -> str:
+        """/forget ID acts at once; /forget WORDS only lists what it would forget and waits for a yes.
+
+        Fuzzy search always has a top hit (scores are normalised to 1.0), so words never delete
+        anything by themselves: the person sees the candidates and confirms within FORGET_CONFIRM.
+        """
         arg = ctx.args
         if not arg:
             return "Usage: /forget ID or /forget some words"
         own = [ctx.allowed.write_space]
         key = ctx.msg.conversation_key
-        if arg.lower() in ("yes", "all") and key in self._confirm:
-            res = await self.engine.forget(self._confirm.pop(key), own)
+        now = self.clock()
+        pending = self._confirm.pop(key, None)
+        if pending is not None and now - pending[0] > FORGET_CONFIRM:
+            pending = None
+        if arg.lower() in ("yes", "all", "y"):
+            if pending is None:
+                return "Nothing is waiting to be forgotten. Send /forget ID, or /forget some words to see what matches."
+            res = await self.engine.forget(pending[1], own)
             return f"Forgot {len(res.forgotten)} memories."
         if " " not in arg and (await self.engine.get([arg], own)):
             res = await self.engine.forget([arg], own)
@@ -165,12 +179,12 @@ class Commands:
         hits = [h for h in await self.engine.search(arg, own, limit=5, kinds=("fact", "chunk")) if h.score >= 0.5]
         if not hits:
             return f"I found nothing of yours about “{arg}”."
-        if len(hits) == 1:
-            await self.engine.forget([hits[0].id], own)
-            return f"Forgot [{hits[0].id}] {trim(hits[0].text, 120)}"
-        self._confirm[key] = [h.id for h in hits]
+        self._confirm[key] = (now, [h.id for h in hits])
         listing = "\n".join(f"[{h.id}] {trim(h.text, 120)}" for h in hits)
-        return f"Several memories match:\n{listing}\nSend /forget ID for one, or /forget yes to forget all {len(hits)}."
+        minutes = int(FORGET_CONFIRM.total_seconds() // 60)
+        which = "it" if len(hits) == 1 else f"all {len(hits)}"
+        return (f"I would forget {'this memory' if len(hits) == 1 else 'these memories'}:\n{listing}\n"
+                f"Send /forget yes within {minutes} minutes to forget {which}, or /forget ID for one.")
 
     async def _pin(self, ctx: CommandContext, pinned: bool = True) -> str:
         if not ctx.args:

@@ -68,7 +68,8 @@ class Sessions:
         out: list[dict] = []
         budget = max_tokens
         for (payload,) in rows:
-            msgs = [m for m in json.loads(payload)["messages"] if m["role"] in ("user", "assistant")]
+            # Forgotten turns have no messages left; their text never comes back as history.
+            msgs = [m for m in json.loads(payload)["messages"] if m["role"] in ("user", "assistant") and m["text"]]
             cost = sum(estimate_tokens(m["text"]) for m in msgs)
             if cost > budget:
                 break

@@ -11,17 +11,18 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from memory.forget import ForgetResult
+from memory.forget import forget as forget_everywhere
 from memory.ingest.capture import CapturedTurn, capture
 from memory.embed import Embedder
 from memory.store.keywords import fresh_count, rebuild_index
 from memory.ingest.worker import IngestSettings, IngestWorker
 from memory.llm import LLM
 from memory.store.rows import (
-    RECORD_COLUMNS, MemoryRecord, NewMemory, bump_seq, ensure_space, get_records, insert_memories, to_record, utc_naive,
+    RECORD_COLUMNS, MemoryRecord, NewMemory, ensure_space, get_records, insert_memories, to_record, utc_naive,
 )
 from memory.recall.block import render_block
 from memory.recall.search import MemoryHit, Recaller, RecallSettings
@@ -29,12 +30,6 @@ from memory.store.connection import Conn, Store, vectors_literal
 from memory.text import content_hash, normalize, redact, set_jieba_cache_dir, trim
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ForgetResult:
-    forgotten: tuple[str, ...]
-    refused: tuple[str, ...]      # not found in the caller's spaces
 
 
 class MemoryEngine:
@@ -142,19 +137,11 @@ class MemoryEngine:
         return (await self.get([mid], [space_id]))[0]
 
     async def forget(self, ids: Sequence[str], space_ids: Sequence[str]) -> ForgetResult:
-        """Mark memories deleted (kept for audit, never recalled again). Pinned ones too: the person asked."""
+        """Forget memories everywhere (rows, sources, echoes, queue, history, keyword index); tombstones stay.
 
-        def write(con: Conn) -> ForgetResult:
-            found = [r[0] for r in con.execute(
-                "SELECT id FROM memories WHERE id IN (SELECT unnest(?)) AND space_id IN (SELECT unnest(?)) AND status <> 'deleted'",
-                [list(ids), list(space_ids)]).fetchall()]
-            if found:
-                con.execute("UPDATE memories SET status = 'deleted', pinned = false, updated_at = ? WHERE id IN (SELECT unnest(?))",
-                            [utc_naive(self.clock()), found])
-                bump_seq(con, found)
-            return ForgetResult(tuple(found), tuple(i for i in ids if i not in found))
-
-        return await self.store.awrite(write)
+        Pinned ones too: the person asked. The one path for /forget, the memory_forget tool and the CLI.
+        """
+        return await self.store.awrite(lambda con: forget_everywhere(con, ids, space_ids, self.clock()))
 
     async def set_pinned(self, memory_id: str, space_ids: Sequence[str], pinned: bool) -> bool:
         def write(con: Conn) -> bool:

@@ -247,3 +247,31 @@ def _index_top(con: Conn, stems: list[str], idf: dict[str, float], avgdl: float,
         SELECT m.id, top.score, m.status FROM top LEFT JOIN memories m ON m.seq = top.doc
     """).fetchall()
     return [(r[0], float(r[1]), r[2] if r[0] is not None else None) for r in rows]
+
+
+def drop_postings(con: Conn, seqs: Sequence[int]) -> int:
+    """Remove the postings of these memory versions (forgotten text must leave the index too).
+
+    Document frequencies and the length total are lowered by what the versions held; a term no
+    other memory uses leaves the dictionary. Returns the postings removed.
+    """
+    have = {r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' AND table_name IN (?, ?, ?)",
+        [POSTINGS, DICT, STATS]).fetchall()}
+    if not seqs or POSTINGS not in have:
+        return 0
+    gone = con.execute(f"""SELECT term, count(*) AS docs, sum(tf) AS tf FROM {POSTINGS}
+                           WHERE doc IN (SELECT unnest(?)) GROUP BY term""", [list(seqs)]).fetchall()
+    if not gone:
+        return 0
+    docs = con.execute(f"SELECT count(DISTINCT doc) FROM {POSTINGS} WHERE doc IN (SELECT unnest(?))", [list(seqs)]).fetchone()[0]
+    con.execute(f"DELETE FROM {POSTINGS} WHERE doc IN (SELECT unnest(?))", [list(seqs)])
+    if DICT in have:
+        con.execute(f"""UPDATE {DICT} SET df = {DICT}.df - g.docs
+                        FROM (SELECT unnest(?) AS term, unnest(?) AS docs) g WHERE {DICT}.term = g.term""",
+                    [[g[0] for g in gone], [int(g[1]) for g in gone]])
+        con.execute(f"DELETE FROM {DICT} WHERE df <= 0")
+    if STATS in have:
+        con.execute(f"UPDATE {STATS} SET n = greatest(n - ?, 0), total_len = greatest(total_len - ?, 0)",
+                    [int(docs), int(sum(g[2] for g in gone))])
+    return sum(int(g[1]) for g in gone)

@@ -54,7 +54,7 @@ class Rig:
                       timestamp=datetime.now(UTC), message_id=f"m{self.said}")
         self.said += 1
         await self.app.gateway.inbound(msg)
-        await self.channel.wait_for(self.said)
+        await self.channel.wait_for(self.said, timeout=120)
         await self.app.gateway.idle()
         return self.channel.sent[self.said - 1].text
 
@@ -213,6 +213,64 @@ async def secrets_never_stored_or_resent(tmp: Path) -> Counts:
                       note=f"{resent} of {len(later)} later LLM requests and {rows or 0} stored rows hold a secret")
 
 
+# --- sections 5 and 6: forgetting ----------------------------------------------------------------
+PASSPORT = "my passport number is in the blue drawer"
+
+
+def active_texts(app: App) -> list[str]:
+    return [t for (t,) in app.store.read(lambda c: c.execute("SELECT text FROM memories WHERE status = 'active'").fetchall())]
+
+
+@scenario("forget: the text leaves every table, history and the keyword index")
+async def forget_removes_everywhere(tmp: Path) -> Counts:
+    async with rig(tmp) as r:
+        await r.say(PASSPORT)                       # the reply echoes it ("You said: ...")
+        await r.say("I drink green tea every morning")
+        await r.settle()
+        await asyncio.to_thread(r.app.engine.rebuild_fts)  # the postings hold both turns
+        ask = await r.say("/forget passport drawer")
+        before = sum(rows_holding(r.app, ["blue drawer"]).values())
+        ids = re.findall(r"\[([a-z]+_[0-9a-f]{12})\]", ask)
+        fact = next(i for i in ids if i.startswith("f_"))
+        await r.say(f"/forget {fact}")              # by id: at once
+        sent = len(r.llm.requests)
+        await r.say("what do you know about me?")   # same session: history is sent again
+        await r.settle()
+        left = rows_holding(r.app, ["blue drawer", "passport"])
+        postings = r.app.store.read(lambda c: c.execute(
+            "SELECT count(*) FROM fts_postings WHERE term IN ('passport', 'drawer')").fetchone()[0])
+        resent = requests_holding(r.llm.requests[sent:], ["blue drawer", "passport"])
+        tombstones = r.app.store.read(lambda c: c.execute(
+            "SELECT count(*) FROM memories WHERE status = 'deleted' AND text = ''").fetchone()[0])
+        kept = int(any("green tea" in t for t in active_texts(r.app)))
+        return Counts("forget: the text leaves every table, history and the keyword index", messages_in=r.said,
+                      answered=len(r.channel.sent), stored=kept, lost=(1 - kept) + int(before == 0) + int(tombstones == 0),
+                      leaked=sum(left.values()) + postings + resent,
+                      note=f"before: {before} rows; after: {left or 0} rows, {postings} postings, {resent} requests; "
+                           f"{tombstones} tombstones")
+
+
+@scenario("forget: words list candidates and delete only after a yes")
+async def forget_by_words_asks_first(tmp: Path) -> Counts:
+    async with rig(tmp) as r:
+        await r.say(f"/remember {PASSPORT}")
+        await r.say("/remember my sister lives in Lyon")
+        ask = await r.say("/forget quantum chromodynamics lecture")
+        unasked = 2 - len(active_texts(r.app))      # deleted without a yes
+        r.clock.advance(minutes=6)
+        late = await r.say("/forget yes")           # the listing expired: nothing happens
+        unasked += 2 - len(active_texts(r.app))
+        ask = await r.say("/forget passport drawer")
+        asked_ok = int("/forget yes" in ask and len(active_texts(r.app)) == 2)
+        done = await r.say("/forget yes")
+        texts = active_texts(r.app)
+        forgot = int(done.startswith("Forgot") and PASSPORT not in texts)
+        kept = int("my sister lives in Lyon" in texts)
+        return Counts("forget: words list candidates and delete only after a yes", messages_in=r.said,
+                      answered=len(r.channel.sent), stored=kept, lost=unasked + (1 - kept) + (1 - asked_ok) + (1 - forgot),
+                      leaked=0, note=f"late yes: {late[:40]!r}")
+
+
 # --- pytest ---------------------------------------------------------------------------------------
 async def test_memories_and_names_stay_inside_the_block(tmp_path):
     counts = await memories_stay_in_the_block(tmp_path)
@@ -230,6 +288,15 @@ async def test_secrets_are_never_stored_or_resent(tmp_path):
     assert counts.stored > 0
 
 
+async def test_forget_removes_the_text_everywhere(tmp_path):
+    assert_safe(await forget_removes_everywhere(tmp_path))
+
+
+async def test_forget_by_words_asks_first(tmp_path):
+    assert_safe(await forget_by_words_asks_first(tmp_path))
+
+
 if __name__ == "__main__":
-    for fn in (memories_stay_in_the_block, lone_tag_keeps_words, secrets_never_stored_or_resent):
+    for fn in (memories_stay_in_the_block, lone_tag_keeps_words, secrets_never_stored_or_resent,
+               forget_removes_everywhere, forget_by_words_asks_first):
         print(asyncio.run(fn(Path(tempfile.mkdtemp()))))

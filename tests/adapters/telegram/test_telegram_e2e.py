@@ -382,7 +382,7 @@ async def test_remember_forget_and_export_do_what_they_say(running):
 
         # A query matching several memories asks first and forgets nothing yet.
         ask = await bot.ask(61, "/forget drink tea")
-        assert ask.startswith("Several memories match")
+        assert ask.startswith("I would forget these memories")
         listed = set(re.findall(r"\[([^\]]+)\]", ask))
         assert listed >= {ids["I drink green tea every morning"], ids["I drink jasmine tea after lunch"]}
         assert other not in listed
