@@ -123,6 +123,7 @@ class ApiConfig(_Section):
     max_body_mb: float = Field(default=4.0, gt=0, le=512)
     rate_limit_per_minute: float = Field(default=600.0, gt=0)   # per key, refilled continuously
     rate_limit_burst: int = Field(default=60, ge=1)             # requests a key may make at once
+    session_idle_minutes: float = Field(default=30.0, gt=0, le=10080)  # dashboard login ends after this idle time
 
 
 class Settings(_Section):

@@ -75,6 +75,7 @@ class Node:
     label: str
     kind: str
     count: int
+    evidence: tuple[str, ...] = ()   # the first memories that mention it (the dashboard lists them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,9 @@ class Graph:
     edges: tuple[Edge, ...]
 
 
+NODE_EVIDENCE = 20
+
+
 def node_id(e: Entity) -> str:
     return f"{e.kind}:{e.label.casefold()}"
 
@@ -101,6 +105,7 @@ def graph(memories: Iterable[tuple[str, str]], limit: int = 30, evidence: int = 
     per_memory: list[tuple[str, set[str]]] = []
     labels: dict[str, Entity] = {}
     counts: Counter[str] = Counter()
+    mentions: dict[str, list[str]] = {}
     for mid, text in memories:
         ids = set()
         for e in entities(text):
@@ -108,6 +113,10 @@ def graph(memories: Iterable[tuple[str, str]], limit: int = 30, evidence: int = 
             labels.setdefault(nid, e)
             ids.add(nid)
         counts.update(ids)
+        for nid in ids:
+            ev = mentions.setdefault(nid, [])
+            if len(ev) < NODE_EVIDENCE:
+                ev.append(mid)
         per_memory.append((mid, ids))
     n = len(per_memory)
     top = [nid for nid, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]]
@@ -120,7 +129,7 @@ def graph(memories: Iterable[tuple[str, str]], limit: int = 30, evidence: int = 
             ev = pair_evidence.setdefault((a, b), [])
             if len(ev) < evidence:
                 ev.append(mid)
-    nodes = tuple(Node(nid, labels[nid].label, labels[nid].kind, counts[nid]) for nid in top)
+    nodes = tuple(Node(nid, labels[nid].label, labels[nid].kind, counts[nid], tuple(mentions[nid])) for nid in top)
     edges = tuple(Edge(a, b, c, round(c * n / (counts[a] * counts[b]), 3), tuple(pair_evidence[(a, b)]))
                   for (a, b), c in sorted(pair_count.items(), key=lambda kv: (-kv[1], kv[0])))
     return Graph(nodes, edges)

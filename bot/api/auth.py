@@ -3,7 +3,8 @@
 401 for no key or a wrong, revoked or expired one (one message for all: a caller learns
 nothing about which keys exist); 403 for a live key without the scope the route needs; 429 with
 Retry-After past the key's token bucket. Paths outside /api/ (health, metrics, the dashboard)
-need no key.
+and the login route need no key. With no key header, the dashboard's session cookie stands for
+its key, and then every write must carry the session's CSRF token (bot/api/sessions.py).
 """
 
 from __future__ import annotations
@@ -12,19 +13,23 @@ import asyncio
 
 from aiohttp import web
 
-from bot.api.context import API_KEY, KEYS, LIMITER
+from bot.api.context import API_KEY, KEYS, LIMITER, SESSIONS
 from bot.api.errors import ApiError
 from bot.api.keys import Scope
 from bot.api.ratelimit import retry_after_header
+from bot.api.sessions import COOKIE, CSRF_HEADER, csrf_ok
+
+SESSION_PATH = "/api/v1/session"   # login, whoami and logout: the route checks what it needs itself
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 def needed_scope(method: str, path: str) -> Scope | None:
     """None = public; the admin tree needs admin; reads need read; everything else needs write."""
-    if not path.startswith("/api/"):
+    if not path.startswith("/api/") or path == SESSION_PATH:
         return None
     if path.startswith("/api/v1/admin/") or path == "/api/v1/admin":
         return "admin"
-    return "read" if method in ("GET", "HEAD") else "write"
+    return "read" if method in SAFE_METHODS else "write"
 
 
 def presented_key(request: web.Request) -> str | None:
@@ -40,7 +45,10 @@ async def auth_middleware(request: web.Request, handler) -> web.StreamResponse:
     if scope is None:
         return await handler(request)
     key = presented_key(request)
-    rec = await asyncio.to_thread(request.app[KEYS].verify, key) if key else None
+    if key:
+        rec = await asyncio.to_thread(request.app[KEYS].verify, key)
+    else:
+        rec = await _session_key(request)
     if rec is None:
         raise ApiError(401, "unauthorized", "a valid API key is required (Authorization: Bearer KEY)",
                        {"WWW-Authenticate": 'Bearer realm="memgate"'})
@@ -52,6 +60,16 @@ async def auth_middleware(request: web.Request, handler) -> web.StreamResponse:
                        {"Retry-After": retry_after_header(wait)})
     request[API_KEY] = rec
     return await handler(request)
+
+
+async def _session_key(request: web.Request):
+    """The live key behind the request's session cookie; a write without the CSRF token is 403."""
+    session = request.app[SESSIONS].touch(request.cookies.get(COOKIE))
+    if session is None:
+        return None
+    if request.method not in SAFE_METHODS and not csrf_ok(session, request.headers.get(CSRF_HEADER)):
+        raise ApiError(403, "csrf", f"a write with the session cookie needs the {CSRF_HEADER} header from login")
+    return await asyncio.to_thread(request.app[KEYS].live, session.key_id)
 
 
 def space_of(request: web.Request) -> str:

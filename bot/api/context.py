@@ -13,12 +13,14 @@ from bot.access import Access
 from bot.api.keys import ApiKey, Keys
 from bot.api.metrics import Metrics
 from bot.api.ratelimit import RateLimiter
+from bot.api.sessions import Sessions
 from memory.engine import MemoryEngine
 from memory.tasks.skill_library import SkillLibrary
 
 API_KEY = web.RequestKey("api_key", ApiKey)
 KEYS = web.AppKey("keys", Keys)
 LIMITER = web.AppKey("limiter", RateLimiter)
+SESSIONS = web.AppKey("sessions", Sessions)          # dashboard logins (cookie -> key)
 ENGINE = web.AppKey("engine", MemoryEngine)
 METRICS = web.AppKey("metrics", Metrics)
 CLOCK = web.AppKey("clock", Callable[[], datetime])

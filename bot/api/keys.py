@@ -139,6 +139,18 @@ class Keys:
             return None
         return rec
 
+    def live(self, key_id: str) -> ApiKey | None:
+        """The key with this id if it is still live (a dashboard session re-checks it on every request)."""
+        row = self.store.read(lambda c: c.execute(
+            f"SELECT {_COLUMNS} FROM api_keys WHERE id = ?", [key_id]).fetchone())
+        if row is None:
+            return None
+        rec = ApiKey(*row)
+        now = utc_naive(self.clock())
+        if rec.revoked_at is not None or (rec.expires_at is not None and rec.expires_at <= now):
+            return None
+        return rec
+
     def list(self) -> list[ApiKey]:
         return [ApiKey(*r) for r in self.store.read(lambda c: c.execute(
             f"SELECT {_COLUMNS} FROM api_keys ORDER BY created_at, id").fetchall())]

@@ -71,7 +71,8 @@ async def get_insight(request: web.Request) -> web.Response:
         """SELECT id, text FROM memories WHERE space_id = ? AND kind IN ('fact', 'chunk') AND status = 'active'
            ORDER BY created_at DESC LIMIT ?""", [space, INSIGHT_MEMORIES]).fetchall())
     g = await asyncio.to_thread(graph, rows, limit)
-    body = {"nodes": [{"id": n.id, "label": n.label, "kind": n.kind, "count": n.count} for n in g.nodes],
+    body = {"nodes": [{"id": n.id, "label": n.label, "kind": n.kind, "count": n.count, "evidence": list(n.evidence)}
+                      for n in g.nodes],
             "edges": [{"source": e.source, "target": e.target, "weight": e.weight, "lift": e.lift,
                        "evidence": list(e.evidence)} for e in g.edges]}
     if len(cache) >= INSIGHT_CACHE_SPACES:

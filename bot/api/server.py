@@ -1,5 +1,5 @@
 """The HTTP server: `create_app` builds the aiohttp application (middlewares, typed state,
-routes; the dashboard will be served by this same app at `/`), and `ApiServer` runs it on the
+routes; the dashboard is served by this same app at `/`, one origin), and `ApiServer` runs it on the
 gateway's event loop as one resource of the exit stack, publishing its address and a local
 admin key (mode 600) in the data folder for the CLI while it runs.
 """
@@ -18,13 +18,15 @@ from pathlib import Path
 
 from aiohttp import web
 
-from bot.api import routes_admin, routes_data, routes_memories, routes_ops
+from bot.api import routes_admin, routes_dashboard, routes_data, routes_memories, routes_ops, routes_session
 from bot.api.auth import auth_middleware
-from bot.api.context import CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, METRICS, ApiHost
+from bot.api.context import (CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, METRICS, SESSIONS,
+                             ApiHost)
 from bot.api.errors import error_middleware
 from bot.api.keys import Keys
 from bot.api.metrics import Metrics
 from bot.api.ratelimit import RateLimiter
+from bot.api.sessions import Sessions
 from memory.engine import MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,7 @@ class ServerSettings:
     max_body_bytes: int = 4 * 1024 * 1024
     rate_per_minute: float = 600.0
     rate_burst: int = 60
+    session_idle_seconds: float = 30 * 60
 
 
 @web.middleware
@@ -61,10 +64,11 @@ def create_app(engine: MemoryEngine, keys: Keys, host: ApiHost, metrics: Metrics
     app[METRICS] = metrics
     app[CLOCK] = clock
     app[LIMITER] = RateLimiter(settings.rate_per_minute, settings.rate_burst, clock=monotonic)
+    app[SESSIONS] = Sessions(settings.session_idle_seconds, clock=monotonic)
     app[IMPORTS] = set()
     app[INSIGHT_CACHE] = {}
     app.on_cleanup.append(_finish_imports)
-    for module in (routes_ops, routes_memories, routes_data, routes_admin):
+    for module in (routes_ops, routes_session, routes_memories, routes_data, routes_admin, routes_dashboard):
         app.add_routes(module.routes)
     return app
 

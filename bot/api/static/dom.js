@@ -1,0 +1,47 @@
+// Building the page from data without ever parsing data as HTML: text goes in as text nodes.
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+function build(el, attrs, children) {
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+    else if (k === 'dataset') Object.assign(el.dataset, v);
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+/** An HTML element: h('button', {onclick: f, class: 'x'}, 'text', child...). */
+export const h = (tag, attrs, ...children) => build(document.createElement(tag), attrs, children);
+/** An SVG element, same calling shape. */
+export const s = (tag, attrs, ...children) => build(document.createElementNS(SVG_NS, tag), attrs, children);
+
+export function clear(el) { el.replaceChildren(); return el; }
+
+/** Enter and Space activate an element that is not a native button (SVG bars, graph nodes). */
+export function pressable(el, action) {
+  el.setAttribute('tabindex', '0');
+  el.setAttribute('role', 'button');
+  el.addEventListener('click', action);
+  el.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); action(e); }
+  });
+  return el;
+}
+
+let seq = 0;
+/** A labelled form control: the label is tied to the control by id. */
+export function field(label, control) {
+  control.id = control.id || `f${++seq}`;
+  return h('div', {class: 'field'}, h('label', {for: control.id}, label), control);
+}
+
+export function fmtTime(iso) {
+  if (!iso) return '';
+  const d = new Date(iso.endsWith('Z') || iso.includes('+') ? iso : iso + 'Z');
+  return d.toLocaleString();
+}

@@ -1,0 +1,181 @@
+"""The dashboard in a real headless Chromium (Debian's /usr/bin/chromium driven by playwright)
+against the real gateway App with its API on a free port over a real DuckDB file.
+
+It logs in with a key, sees a memory, edits and pins it, checks that the Pulse chart and the
+Insight graph render with data, visits every page with no console error, and approves a pairing
+request with an admin key. A screenshot of each page lands in $MEMGATE_SCREENSHOTS (or the
+test's tmp folder); the folder is printed. Without Chromium the test skips locally and fails in
+CI (CI=true), so a missing install step cannot pass unnoticed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bot.api.sessions import COOKIE
+from tests.bot.api.test_routes import _dm
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+PHONE = {"width": 390, "height": 844}
+
+
+def _browser_or_skip():
+    reason = None
+    if not CHROMIUM.exists():
+        reason = f"{CHROMIUM} is missing (apt-get install -y chromium)"
+    else:
+        try:
+            from playwright.async_api import async_playwright  # noqa: F401
+        except ImportError:
+            reason = "the playwright package is missing (pip install '.[test]')"
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs the dashboard browser test: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def shots(tmp_path) -> Path:
+    folder = Path(os.environ.get("MEMGATE_SCREENSHOTS") or tmp_path / "screens")
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"\ndashboard screenshots: {folder}")
+    return folder
+
+
+class Page:
+    """A browser page that records every console error and page error it sees."""
+
+    def __init__(self, page, base: str, shots: Path) -> None:
+        self.page, self.base, self.shots, self.errors = page, base, shots, []
+        page.on("console", lambda m: self.errors.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+
+    async def login(self, key: str) -> None:
+        await self.page.goto(self.base + "/")
+        await self.page.get_by_label("API key").fill(key)
+        await self.page.get_by_role("button", name="Log in").click()
+        await self.page.wait_for_selector("nav a[aria-current=page]")
+
+    async def go(self, name: str) -> None:
+        await self.page.click(f"#nav-{name}")
+        await self.page.wait_for_selector(f"#nav-{name}[aria-current=page]")
+
+    async def shot(self, name: str) -> Path:
+        path = self.shots / f"{name}.png"
+        await self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+
+async def _seed(api) -> tuple[str, str]:
+    key = api.key("u_alice")
+    texts = [("Ana lives in Lisbon", ["family"]), ("Ana visited Lisbon in March", ["travel"]),
+             ("Bruno works at Acme in Porto", ["work"]), ("我和张伟在北京见面", ["travel"])]
+    ids = []
+    for text, tags in texts:
+        status, m, _ = await api.call("POST", "/api/v1/memories", key, json={"content": text, "tags": tags})
+        assert status == 201
+        ids.append(m["id"])
+    return key, ids[2]
+
+
+async def test_dashboard_in_chromium(api, shots):
+    _browser_or_skip()
+    from playwright.async_api import async_playwright
+
+    key, bruno = await _seed(api)
+    base = api.app.extras["api"].url
+    saved: list[Path] = []
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        try:
+            ctx = await browser.new_context(viewport=PHONE, locale="en-US")
+            p = Page(await ctx.new_page(), base, shots)
+            await p.login(key)
+
+            # Login gave an HttpOnly, SameSite=Strict cookie, and no key is kept by the page.
+            cookie = next(c for c in await ctx.cookies() if c["name"] == COOKIE)
+            assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+            assert key not in await p.page.evaluate("JSON.stringify(localStorage) + JSON.stringify(sessionStorage)")
+
+            # Memories: the memory is listed; edit its text, then pin it.
+            item = p.page.locator(f"li.memory[data-id='{bruno}']")
+            await item.wait_for()
+            assert "Bruno works at Acme in Porto" in await item.inner_text()
+            await item.get_by_role("button", name="Edit").click()
+            await item.get_by_label("Text").fill("Bruno works at Acme in Braga")
+            await item.get_by_role("button", name="Save").click()
+            await item.locator(".mtext", has_text="Braga").wait_for()
+            await item.get_by_role("button", name="Pin").click()
+            await item.locator(".badge.pinned").wait_for()
+            status, m, _ = await api.call("GET", f"/api/v1/memories/{bruno}", key)
+            assert m["text"] == "Bruno works at Acme in Braga" and m["pinned"] is True and m["version"] == 3
+            # Search shows production recall scores.
+            await p.page.get_by_label("Search", exact=True).fill("Lisbon")
+            await p.page.click("#mem-go")
+            await p.page.locator("li.memory .score").first.wait_for()
+            saved.append(await p.shot("memories"))
+
+            # Pulse: a stacked bar chart with one coloured segment per category; a bar lists its day.
+            await p.go("pulse")
+            await p.page.locator("#pulse-chart svg g.bar rect.seg").first.wait_for()
+            assert await p.page.locator("#pulse-chart svg g.bar rect.seg").count() >= 1
+            await p.page.locator("#pulse-chart svg g.bar:has(rect.seg)").last.click()
+            await p.page.locator("#pulse-list li.memory").first.wait_for()
+            assert await p.page.locator("#pulse-list li.memory").count() == 4
+            saved.append(await p.shot("pulse"))
+
+            # Insight: the entity graph with nodes and edges; an entity lists its memories.
+            await p.go("insight")
+            await p.page.locator("#insight-graph svg g.node").first.wait_for()
+            assert await p.page.locator("#insight-graph svg g.node").count() >= 4
+            assert await p.page.locator("#insight-graph svg line.edge").count() >= 1
+            await p.page.locator("#insight-graph svg g.node[data-id='name:ana']").click()
+            await p.page.locator("#insight-list li.memory").nth(1).wait_for()
+            assert await p.page.locator("#insight-list li.memory").count() == 2
+            saved.append(await p.shot("insight"))
+
+            await p.go("skills")
+            await p.page.locator("#tasks-h").wait_for()
+            saved.append(await p.shot("skills"))
+            api.app.extras["usage"].add("reply", "openai/gpt-4o-mini", True, 100, 20)
+            await p.go("usage")
+            await p.page.locator("#usage-box svg rect.seg").first.wait_for()
+            saved.append(await p.shot("usage"))
+
+            # Chinese follows the picker.
+            await p.page.select_option("#lang", "zh")
+            await p.page.locator("#nav-usage", has_text="用量").wait_for()
+            saved.append(await p.shot("usage-zh"))
+
+            # Logout ends the session: the API no longer takes the cookie.
+            await p.page.click("#logout")
+            await p.page.get_by_label("API 密钥").wait_for()
+            assert p.errors == [], p.errors
+
+            # Admin: approve a pairing request with an admin key.
+            await api.app.access.check(_dm("111"))
+            pending = await api.app.access.pending()
+            code = pending[0].code
+            actx = await browser.new_context(viewport={"width": 1200, "height": 900}, locale="en-US")
+            a = Page(await actx.new_page(), base, shots)
+            await a.login(api.key(scope="admin"))
+            row = a.page.locator(f"tr[data-code='{code}']")
+            await row.wait_for()
+            saved.append(await a.shot("admin-pending"))
+            await row.get_by_role("button", name="Approve").click()
+            await a.page.get_by_text("No one is waiting.").wait_for()
+            await a.page.locator("#people td", has_text="telegram:111").wait_for()
+            saved.append(await a.shot("admin-approved"))
+            assert [u.key for u in await api.app.access.users()] == ["telegram:111"]
+            assert a.errors == [], a.errors
+        finally:
+            await browser.close()
+    for path in saved:
+        assert path.stat().st_size > 1000
+        print(f"  {path}")
