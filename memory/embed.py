@@ -106,7 +106,8 @@ class LiteLLMEmbedder:
         self.model = model
         self.dim = dim
         self._api_base = api_base
-        self._api_key = api_key
+        # OpenAI-compatible local servers want some key, like the chat side (memory/llm.py).
+        self._api_key = api_key or ("sk-local" if api_base else None)
         self._batch = batch_size
         self._timeout = timeout
         self._qp, self._pp = query_prefix, passage_prefix

@@ -221,37 +221,18 @@ class MemoryEngine:
         return self.store.read(fresh_count)
 
     def reembed(self, embedder: Embedder, *, batch: int = 64, progress: Callable[[int], None] | None = None) -> int:
-        """Re-embed every memory with another model (the dimension may change). Returns rows done."""
+        """Re-embed every memory with another model (the dimension may change). Returns rows done.
+
+        Crash-safe and resumable: vectors are built beside the old ones (memory/store/reembed.py)."""
+        from memory.store import reembed as side
+
         total = self.store.read(lambda c: c.execute("SELECT count(*) FROM memories").fetchone()[0])
         dim = embedder.dim
-
-        def retype(con: Conn) -> None:
-            con.execute("ALTER TABLE memories DROP COLUMN embedding")
-            con.execute(f"ALTER TABLE memories ADD COLUMN embedding FLOAT[{dim}]")
-            Store.meta_set(con, "embedding_dim", str(dim))
-            Store.meta_set(con, "embedding_model", embedder.name)
-
-        if dim != self.store.dim:
-            self.store.write(retype)
-            self.store.dim = dim
-        done = 0
-        last = ""
-        while True:
-            rows = self.store.read(lambda c: c.execute(
-                "SELECT id, text FROM memories WHERE id > ? ORDER BY id LIMIT ?", [last, batch]).fetchall())
-            if not rows:
-                break
-            vecs = embedder.embed_passages([t for _, t in rows])
-            ids = [i for i, _ in rows]
-            self.store.write(lambda c: c.execute(
-                f"""UPDATE memories SET embedding = v.vec FROM (
-                      SELECT unnest(?) AS id, unnest(?::VARCHAR::FLOAT[{dim}][]) AS vec) v WHERE memories.id = v.id""",
-                [ids, vectors_literal(vecs.tolist())]))
-            done += len(rows)
-            last = ids[-1]
-            if progress:
-                progress(len(rows))
-        self.store.write(lambda c: Store.meta_set(c, "embedding_model", embedder.name))
+        kept = side.prepare(self.store, embedder.name, dim)
+        if progress and kept:
+            progress(kept)
+        side.build(self.store, embedder.embed_passages, dim, batch=batch, progress=progress)
+        done = side.switch(self.store, embedder.name, dim)
         from memory.store.vectors import cache_for
 
         cache_for(self.store).clear()  # cached vectors belong to the old model

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 import importlib.util
 import sys
+import time
 
 import duckdb
 
@@ -66,15 +69,45 @@ def connect(path: Path | str, *, read_only: bool = False) -> Conn:
     return con
 
 
+def _ddl_marker(path: Path) -> Path:
+    return path.with_name(path.name + ".ddl-in-progress")
+
+
+def _open_recovering(path: Path) -> Conn:
+    """Open the file; if its WAL holds only an interrupted schema change, set that WAL aside.
+
+    DuckDB 1.5.5 cannot replay an uncheckpointed ALTER TABLE on a table with a nextval()
+    default ("Failure while replaying WAL"). Every schema change runs inside `schema_change()`,
+    which checkpoints first and leaves a marker file until its own checkpoint is done, so when
+    the marker exists the WAL holds nothing but that change: dropping it rolls the change back
+    (it is re-applied: the migration row or reembed swap was in the same WAL) and loses nothing.
+    """
+    try:
+        return connect(path)
+    except duckdb.Error as exc:
+        marker = _ddl_marker(path)
+        wal = path.with_name(path.name + ".wal")
+        if "replaying wal" not in str(exc).lower() or not marker.exists() or not wal.exists():
+            raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0][:300]}") from None
+        aside = wal.with_name(f"{wal.name}.interrupted-{int(time.time())}")
+        log.warning("%s: a schema change was interrupted (%s); its WAL is kept as %s and the change re-run",
+                    path, marker.read_text(errors="replace").strip(), aside.name)
+        wal.rename(aside)
+        return connect(path)
+
+
 class Store:
     """The memory database. Owns the single writer connection."""
 
     def __init__(self, path: Path | str, dim: int, *, extra_migrations: Sequence[Migration] = ()) -> None:
         self.path = Path(path)
-        if str(path) != ":memory:":
+        self._file = str(path) != ":memory:"
+        if self._file:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.dim = dim
-        self._con = connect(path)
+        self._con = _open_recovering(self.path) if self._file else connect(path)
+        if self._file:
+            _ddl_marker(self.path).unlink(missing_ok=True)  # opened: any earlier change is settled
         self._lock = threading.RLock()
         self._closed = False
         self._migrate(tuple(MEMORY_MIGRATIONS) + tuple(extra_migrations))
@@ -96,6 +129,27 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextmanager
+    def schema_change(self, what: str) -> Iterator[None]:
+        """Bracket DDL so a crash cannot leave a WAL DuckDB refuses to replay (see `_open_recovering`).
+
+        Checkpoint (the WAL is empty), leave a marker, run the change in the block (one
+        `write()`), checkpoint again, remove the marker. Keep the block short: a crash inside it
+        undoes the whole block on the next open.
+        """
+        with self._lock:
+            self._con.execute("CHECKPOINT")
+            marker = _ddl_marker(self.path) if self._file else None
+            if marker is not None:
+                with open(marker, "w", encoding="utf-8") as f:
+                    f.write(what + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+            yield
+            self._con.execute("CHECKPOINT")
+            if marker is not None:
+                marker.unlink(missing_ok=True)
 
     # --- access ----------------------------------------------------------------------------
     def write(self, fn: Callable[[Conn], T]) -> T:
@@ -158,7 +212,8 @@ class Store:
                     con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [m.version, m.name])
                     self.meta_set(con, "embedding_dim", str(self.dim))
 
-                self.write(apply)
+                with self.schema_change(f"migration {m.version} ({m.name})"):
+                    self.write(apply)
 
 
 def vector_literal(vec: Sequence[float]) -> str:

@@ -77,6 +77,7 @@ class FakeLLM:
         self.embedding_requests: list[dict] = []
         self.responder = responder
         self.embed_dim = embed_dim
+        self.embed_delay = 0.0  # seconds each embeddings request waits (crash tests kill mid-way)
         self._queue: deque[Script] = deque()
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -214,6 +215,8 @@ class FakeLLM:
     async def _embeddings(self, request: web.Request) -> web.Response:
         body = await _json_body(request)
         self.embedding_requests.append(body)
+        if self.embed_delay:
+            await asyncio.sleep(self.embed_delay)
         raw = body.get("input", [])
         inputs = [raw] if isinstance(raw, str) or (raw and isinstance(raw[0], int)) else list(raw)
         as_base64 = body.get("encoding_format") == "base64"
