@@ -429,6 +429,12 @@ def main(argv: list[str] | None = None) -> int:
     except MemgateError as exc:
         print(f"memgate: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:
+        # A folder or file we must use is not usable (read-only data_dir, a file where a folder
+        # should be): one line naming it, never a traceback.
+        where = exc.filename or getattr(args, "config", None) or "a file"
+        print(f"memgate: cannot use {where}: {exc.strerror or exc} (check data_dir / the config paths)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

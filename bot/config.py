@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bot.errors import ConfigError
 
@@ -27,10 +27,10 @@ class _Section(BaseModel):
 class LLMConfig(_Section):
     model: str = ""                     # any litellm model name; empty = no LLM configured
     api_base: str = ""                  # an OpenAI-compatible server (Ollama, llama.cpp, vLLM)
-    timeout: float = 60.0
-    retries: int = 2
-    temperature: float = 0.3
-    max_tokens: int = 1024
+    timeout: float = Field(60.0, gt=0, le=3600)
+    retries: int = Field(2, ge=0, le=10)
+    temperature: float = Field(0.3, ge=0, le=2)
+    max_tokens: int = Field(1024, ge=1, le=1_000_000)
     memory_model: str = ""              # model for ingest/tasks; empty = same as `model`
     memory_llm: bool = True             # false = raw memory (no titles, facts, summaries)
 
@@ -39,30 +39,36 @@ class EmbeddingConfig(_Section):
     provider: Literal["local", "litellm"] = "local"
     model: str = ""                     # litellm provider: the embedding model name
     api_base: str = ""
-    dim: int = 384
+    dim: int = Field(384, ge=1, le=16384)
 
 
 class MemoryConfig(_Section):
-    inject_items: int = 6
-    inject_tokens: int = 800
-    search_default: int = 10
-    search_max: int = 20
-    half_life_days: float = 14.0
-    decay_floor: float = 0.8
-    mmr_lambda: float = 0.7
+    inject_items: int = Field(6, ge=1, le=50)
+    inject_tokens: int = Field(800, ge=50, le=100_000)
+    search_default: int = Field(10, ge=1, le=100)
+    search_max: int = Field(20, ge=1, le=100)
+    half_life_days: float = Field(14.0, gt=0, le=36500)
+    decay_floor: float = Field(0.8, ge=0, le=1)
+    mmr_lambda: float = Field(0.7, ge=0, le=1)
     fusion: Literal["convex", "rrf"] = "convex"
-    dedup_threshold: float = 0.93
-    fact_candidate_threshold: float = 0.86
-    max_ingest_attempts: int = 3
+    dedup_threshold: float = Field(0.93, ge=0, le=1)
+    fact_candidate_threshold: float = Field(0.86, ge=0, le=1)
+    max_ingest_attempts: int = Field(3, ge=1, le=20)
+
+    @model_validator(mode="after")
+    def _search_bounds(self) -> MemoryConfig:
+        if self.search_default > self.search_max:
+            raise ValueError(f"memory.search_default ({self.search_default}) is above memory.search_max ({self.search_max})")
+        return self
 
 
 class AgentConfig(_Section):
     name: str = "memgate"
-    max_tool_rounds: int = 4
-    turn_timeout: float = 120.0
-    history_tokens: int = 2000
-    session_idle_hours: float = 2.0
-    queue_size: int = 20
+    max_tool_rounds: int = Field(4, ge=0, le=20)
+    turn_timeout: float = Field(120.0, gt=0, le=3600)
+    history_tokens: int = Field(2000, ge=0, le=1_000_000)
+    session_idle_hours: float = Field(2.0, gt=0, le=8760)
+    queue_size: int = Field(20, ge=1, le=10_000)
     system_prompt: str = ""             # extra instructions appended to the built-in prompt
 
 
@@ -73,14 +79,14 @@ class AccessConfig(_Section):
     owners: tuple[str, ...] = ()        # "telegram:12345", "wechat:wxid_abc"
     allow: tuple[str, ...] = ()         # identities allowed under the allowlist policy
     groups: tuple[str, ...] = ()        # "telegram:-100123" groups allowed under the allowlist policy
-    pairing_ttl_minutes: int = 60
-    max_pending: int = 3
+    pairing_ttl_minutes: int = Field(60, ge=1, le=10_080)
+    max_pending: int = Field(3, ge=1, le=1000)
 
 
 class TelegramConfig(_Section):
     enabled: bool = False
     base_url: str = ""                  # a local Bot API server; empty = api.telegram.org
-    poll_timeout: float = 30.0
+    poll_timeout: float = Field(30.0, gt=0, le=300)
 
 
 class WechatConfig(_Section):
@@ -91,7 +97,7 @@ class WechatConfig(_Section):
 class WechatMpConfig(_Section):
     enabled: bool = False
     host: str = "127.0.0.1"
-    port: int = 8080
+    port: int = Field(8080, ge=1, le=65535)
     path: str = "/wechat"
     app_id: str = ""
     api_base: str = "https://api.weixin.qq.com"
@@ -110,10 +116,10 @@ class ChannelsConfig(_Section):
 
 
 class SchedulerConfig(_Section):
-    close_tasks_minutes: float = 10.0
-    evolve_skills_minutes: float = 30.0
-    fts_rebuild_minutes: float = 15.0
-    retry_ingest_minutes: float = 5.0
+    close_tasks_minutes: float = Field(10.0, gt=0, le=10_080)
+    evolve_skills_minutes: float = Field(30.0, gt=0, le=10_080)
+    fts_rebuild_minutes: float = Field(15.0, gt=0, le=10_080)
+    retry_ingest_minutes: float = Field(5.0, gt=0, le=10_080)
 
 
 class ApiConfig(_Section):
@@ -128,7 +134,7 @@ class ApiConfig(_Section):
 
 class Settings(_Section):
     data_dir: str = "~/.local/share/memgate"
-    log_level: str = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     llm: LLMConfig = LLMConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
     memory: MemoryConfig = MemoryConfig()
@@ -139,6 +145,11 @@ class Settings(_Section):
     api: ApiConfig = ApiConfig()
     # Secrets, from the environment only (never from the file, never logged).
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_name(cls, v: object) -> object:
+        return v.strip().upper() if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
@@ -214,21 +225,43 @@ def _coerce(value: str, annotation: Any) -> Any:
     return value
 
 
+def _read_toml(p: Path) -> dict[str, Any]:
+    """The file's TOML; every way it can fail is one ConfigError naming the path."""
+    try:
+        raw = p.read_bytes()
+    except IsADirectoryError:
+        raise ConfigError(f"config file {p} is a directory, not a TOML file") from None
+    except PermissionError:
+        raise ConfigError(f"config file {p} cannot be read (permission denied)") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {p} cannot be read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"config file {p} is not UTF-8 (bad byte at line {line}); save it as UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+
+
 def load_settings(path: str | Path | None = None, env: dict[str, str] | None = None) -> Settings:
-    """Read the TOML file (explicit path, $MEMGATE_CONFIG, ./memgate.toml or ~/.config/...), then env."""
+    """Read the TOML file (explicit path, $MEMGATE_CONFIG, ./memgate.toml or ~/.config/...), then env.
+
+    A file named explicitly (argument or $MEMGATE_CONFIG) must exist; the default places may not."""
     env = dict(os.environ if env is None else env)
-    candidates = [path] if path else ([env["MEMGATE_CONFIG"]] if env.get("MEMGATE_CONFIG") else list(DEFAULT_CONFIG_PATHS))
+    named = str(path) if path else env.get("MEMGATE_CONFIG") or None
+    candidates = [named] if named else list(DEFAULT_CONFIG_PATHS)
     data: dict[str, Any] = {}
     for cand in candidates:
         p = Path(os.path.expanduser(str(cand)))
         if p.exists():
-            try:
-                data = tomllib.loads(p.read_text(encoding="utf-8"))
-            except tomllib.TOMLDecodeError as exc:
-                raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+            data = _read_toml(p)
             break
-        if path:
-            raise ConfigError(f"config file {p} does not exist")
+        if named:
+            via = "" if path else " (from MEMGATE_CONFIG)"
+            raise ConfigError(f"config file {p}{via} does not exist")
     _walk_secrets(data)
     data = _env_overrides(data, env)
     data["secrets"] = {name: env[var] for name, var in SECRET_ENV.items() if env.get(var)}
@@ -240,6 +273,10 @@ def load_settings(path: str | Path | None = None, env: dict[str, str] | None = N
             loc = ".".join(str(p) for p in err["loc"])
             if err["type"] == "extra_forbidden":
                 problems.append(f"unknown key '{loc}'")
+            elif loc:
+                got = err.get("input")
+                shown = f" (got {got!r})" if isinstance(got, (str, int, float, bool)) else ""
+                problems.append(f"'{loc}': {err['msg']}{shown}")
             else:
-                problems.append(f"'{loc}': {err['msg']}" if loc else err["msg"])
+                problems.append(err["msg"].removeprefix("Value error, "))
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

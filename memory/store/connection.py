@@ -63,7 +63,7 @@ def connect(path: Path | str, *, read_only: bool = False) -> Conn:
                 f"the database {path} is in use by another memgate process (a running gateway?). "
                 "Stop it first, or point this command at another data folder."
             ) from None
-        raise StoreError(f"cannot open {path}: {exc}") from exc
+        raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0][:300]}") from None
     for package, name in (("duckdb_extension_vss", "vss"), ("duckdb_extension_fts", "fts")):
         con.execute(f"LOAD '{_extension_path(package, name)}'")
     return con

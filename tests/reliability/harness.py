@@ -18,6 +18,7 @@ SCENARIO_MODULES = (
     # one line per module that registers scenarios, e.g. "tests.reliability.test_inbox"
     "tests.reliability.test_api",
     "tests.reliability.test_prompt_secrets",
+    "tests.reliability.test_robust",
 )
 
 
