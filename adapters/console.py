@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import sys
 import threading
 from collections.abc import AsyncIterator
@@ -20,6 +21,24 @@ from bot.channel import InboundHandler
 from bot.message import Message, Reply
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+# Surrogates that are not a surrogateescape'd byte (those are U+DC80-U+DCFF).
+_NOT_ESCAPED_BYTE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """Text that is safe to store and send: no lone surrogates.
+
+    Bytes a surrogateescape decoder kept (U+DC80-U+DCFF) are turned back into bytes and decoded
+    with replacement; any other lone surrogate becomes U+FFFD. Valid text is returned unchanged.
+    """
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    text = _NOT_ESCAPED_BYTE.sub("\ufffd", text)
+    raw = text.encode("utf-8", "surrogateescape")
+    return raw.decode("utf-8", "replace")
 
 
 class ConsoleAdapter:
@@ -54,10 +73,18 @@ class ConsoleAdapter:
 
         def reader() -> None:
             # A daemon thread, not the loop's executor: a read blocked on the terminal must not
-            # hold up shutdown (asyncio.run waits for its executor's threads).
-            for line in iter(self._in.readline, ""):
-                loop.call_soon_threadsafe(lines.put_nowait, line)
-            loop.call_soon_threadsafe(lines.put_nowait, "")
+            # hold up shutdown (asyncio.run waits for its executor's threads). It reads bytes when
+            # it can and decodes them itself with replacement, so no byte sequence can kill it.
+            raw = getattr(self._in, "buffer", None)
+            try:
+                if raw is not None:
+                    for data in iter(raw.readline, b""):
+                        loop.call_soon_threadsafe(lines.put_nowait, data.decode("utf-8", "replace") or "\n")
+                else:
+                    for line in iter(self._in.readline, ""):
+                        loop.call_soon_threadsafe(lines.put_nowait, clean_text(line))
+            finally:
+                loop.call_soon_threadsafe(lines.put_nowait, "")
 
         threading.Thread(target=reader, name="console-stdin", daemon=True).start()
         try:
@@ -107,5 +134,9 @@ class ConsoleAdapter:
             await asyncio.sleep(0.1)
 
     def _write(self, text: str) -> None:
-        self._out.write(text)
+        try:
+            self._out.write(text)
+        except UnicodeEncodeError:  # a terminal that cannot show some characters still gets the rest
+            enc = getattr(self._out, "encoding", None) or "utf-8"
+            self._out.write(clean_text(text).encode(enc, "replace").decode(enc))
         self._out.flush()
