@@ -159,10 +159,78 @@ def _engine(settings: Settings):
     return build_app(settings)
 
 
+def _user_space(app, who: str, *, create: bool) -> str:
+    """The space `memgate chat --user WHO` talks in (or an identity given as channel:id)."""
+    from datetime import UTC, datetime
+
+    from bot.access import CONSOLE_CHANNEL, Allowed
+    from bot.message import Message
+
+    channel, sep, external_id = who.partition(":")
+    if sep and channel != CONSOLE_CHANNEL:
+        ident = asyncio.run(app.access.identity(channel, external_id))
+        if ident is None:
+            raise ConfigError(f"--user {who}: no such identity here (memgate chat --user NAME uses console:NAME)")
+        return ident.space_id
+    name = external_id if sep else who
+    ident = asyncio.run(app.access.identity(CONSOLE_CHANNEL, name))
+    if ident is not None:
+        return ident.space_id
+    if not create:
+        raise ConfigError(f"--user {who}: nobody of that name has talked here yet")
+    allowed = asyncio.run(app.access.check(Message(channel=CONSOLE_CHANNEL, chat_id=name, sender_id=name, sender_name=name,
+                                                   text="", timestamp=datetime.now(UTC))))
+    assert isinstance(allowed, Allowed)  # the console is always let in
+    return allowed.write_space
+
+
 def _spaces(app, args) -> list[str]:
+    if getattr(args, "user", None):
+        return [_user_space(app, args.user, create=False)]
     if getattr(args, "space", None):
         return [args.space]
     return [r[0] for r in app.store.read(lambda c: c.execute("SELECT id FROM spaces ORDER BY id").fetchall())]
+
+
+def _import(app, args) -> int:
+    """`memgate memory import FILE [--user NAME | --space ID]`: idempotent, bad lines reported by number."""
+    from tqdm import tqdm
+
+    from memory.portable import PUBLIC, BadLine, parse_lines, source_spaces
+
+    try:
+        lines = Path(args.file).read_bytes().split(b"\n")
+    except OSError as exc:
+        print(f"memgate: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    rows = [r for _, r in parse_lines(lines) if not isinstance(r, BadLine)]
+    sources = source_spaces(rows)
+    known = {r[0] for r in app.store.read(lambda c: c.execute("SELECT id FROM spaces").fetchall())}
+    if args.user or args.space:
+        if args.space and args.space not in known:
+            print(f"memgate: --space {args.space}: no such space here (use --user NAME for a person)", file=sys.stderr)
+            return 2
+        if len(sources) > 1:
+            print(f"memgate: {args.file} holds the memories of {len(sources)} spaces ({', '.join(sorted(sources))}); "
+                  "import them one person at a time (memgate memory export --space ID)", file=sys.stderr)
+            return 2
+        target = args.space or _user_space(app, args.user, create=True)
+        space_for = lambda r: PUBLIC if r.space_id == PUBLIC else target  # noqa: E731
+    else:
+        unknown = sorted(sources - known)
+        if unknown:
+            print(f"memgate: {args.file} belongs to space(s) {', '.join(unknown)} that nobody here uses: "
+                  "say whose memories these are with --user NAME (or --space ID)", file=sys.stderr)
+            return 2
+        space_for = lambda r: r.space_id or PUBLIC  # noqa: E731
+
+    def bad(b) -> None:
+        tqdm.write(f"{args.file}: line {b.line}: {b.reason} (skipped)", file=sys.stderr)
+
+    with tqdm(total=sum(1 for line in lines if line.strip()), unit="mem", file=sys.stderr) as bar:
+        report = app.engine.import_lines(lines, space_for, progress=bar.update, on_bad=bad)
+    print(f"imported {report.added} memories ({report.present} already present, {len(report.bad)} bad lines skipped)")
+    return 1 if report.bad else 0
 
 
 def cmd_memory(settings: Settings, args) -> int:
@@ -170,7 +238,7 @@ def cmd_memory(settings: Settings, args) -> int:
 
     app = _engine(settings)
     try:
-        spaces = _spaces(app, args)
+        spaces = _spaces(app, args) if args.action != "import" else []
         if args.action == "search":
             hits = app.engine.recaller.search(" ".join(args.query), spaces, limit=args.limit)
             for h in hits:
@@ -192,11 +260,7 @@ def cmd_memory(settings: Settings, args) -> int:
             if out is not sys.stdout:
                 out.close()
         elif args.action == "import":
-            lines = Path(args.file).read_text(encoding="utf-8").splitlines()
-            rows = [json.loads(line) for line in lines if line.strip()]
-            with tqdm(total=len(rows), unit="mem", file=sys.stderr) as bar:
-                n = app.engine.import_rows(rows, space_id=args.space, progress=bar.update)
-            print(f"imported {n} memories")
+            return _import(app, args)
     finally:
         app.store.close()
     return 0
@@ -371,17 +435,17 @@ def parser() -> argparse.ArgumentParser:
     s = msub.add_parser("search")
     s.add_argument("query", nargs="+")
     s.add_argument("--limit", type=int, default=10)
-    s.add_argument("--space")
     ls = msub.add_parser("list")
     ls.add_argument("--kind", action="append", default=None, choices=["fact", "chunk", "task", "skill"])
     ls.add_argument("--limit", type=int, default=50)
-    ls.add_argument("--space")
     ex = msub.add_parser("export")
     ex.add_argument("file", nargs="?", default="-")
-    ex.add_argument("--space")
-    im = msub.add_parser("import")
+    im = msub.add_parser("import", help="import an export (ids kept: running it again adds nothing)")
     im.add_argument("file")
-    im.add_argument("--space", help="import everything into this space")
+    for sp in (s, ls, ex, im):
+        who = sp.add_mutually_exclusive_group()
+        who.add_argument("--user", help="the person (as in memgate chat --user NAME, or channel:id)")
+        who.add_argument("--space", help="a space id")
     m.set_defaults(func=cmd_memory)
     sub.add_parser("reembed", help="re-embed every memory with the configured model").set_defaults(func=cmd_reembed)
     sub.add_parser("doctor", help="check the installation").set_defaults(func=cmd_doctor)

@@ -26,7 +26,7 @@ from memory.store.rows import (
 )
 from memory.recall.block import render_block
 from memory.recall.search import MemoryHit, Recaller, RecallSettings
-from memory.store.connection import Conn, Store, vectors_literal
+from memory.store.connection import Conn, Store
 from memory.text import content_hash, normalize, redact, set_jieba_cache_dir, trim
 
 log = logging.getLogger(__name__)
@@ -176,42 +176,35 @@ class MemoryEngine:
 
     def import_rows(self, rows: Iterable[dict], space_id: str | None = None, batch: int = 64,
                     progress: Callable[[int], None] | None = None) -> int:
-        """Import exported rows (re-embedded here; ids kept unless they exist). Returns rows added."""
-        added = 0
-        chunk: list[dict] = []
+        """Import exported rows (re-embedded here; ids kept, so a re-run adds nothing). Returns rows added."""
+        from memory.portable import ExportRow, import_rows
 
-        def flush() -> None:
-            nonlocal added
-            if not chunk:
-                return
-            vecs = self.embedder.embed_passages([d["text"] for d in chunk])
+        parsed = ((n, ExportRow.model_validate(d)) for n, d in enumerate(rows, start=1))
+        return import_rows(self.store, self.embedder.embed_passages, parsed, lambda r: space_id or r.space_id,
+                           batch=batch, progress=progress).added
 
-            def write(con: Conn) -> int:
-                have = {r[0] for r in con.execute("SELECT id FROM memories WHERE id IN (SELECT unnest(?))",
-                                                  [[d["id"] for d in chunk if d.get("id")]]).fetchall()}
-                rows, keep = [], []
-                for i, d in enumerate(chunk):
-                    rows.append(NewMemory(
-                        space_id=space_id or d["space_id"], kind=d.get("kind", "fact"), text=d["text"],
-                        title=d.get("title") or trim(d["text"], 120), created_at=datetime.fromisoformat(d["created_at"]),
-                        id="" if d.get("id") in have else d.get("id", ""), role=d.get("role"), speaker=d.get("speaker"),
-                        category=d.get("category"), tags=tuple(d.get("tags") or ()), pinned=bool(d.get("pinned")),
-                        session_id=d.get("session_id")))
-                    keep.append(i)
-                insert_memories(con, rows, vecs[keep])
-                return len(rows)
+    def import_lines(self, lines: Iterable[bytes | str], space_for: Callable[[object], str], *, batch: int = 64,
+                     progress: Callable[[int], None] | None = None, on_bad: Callable[[object], None] | None = None):
+        """Import an export file's lines; bad lines are reported through `on_bad` and skipped."""
+        from memory.portable import BadLine, ImportReport, import_rows, parse_lines
 
-            added += self.store.write(write)
-            if progress:
-                progress(len(chunk))
-            chunk.clear()
+        bad: list[BadLine] = []
 
-        for d in rows:
-            chunk.append(d)
-            if len(chunk) >= batch:
-                flush()
-        flush()
-        return added
+        def good():
+            for n, item in parse_lines(lines):
+                if isinstance(item, BadLine):
+                    bad.append(item)
+                    if on_bad:
+                        on_bad(item)
+                    if progress:
+                        progress(1)
+                else:
+                    yield n, item
+
+        report: ImportReport = import_rows(self.store, self.embedder.embed_passages, good(), space_for,
+                                           batch=batch, progress=progress)
+        report.bad = bad
+        return report
 
     # --- maintenance -----------------------------------------------------------------------
     def rebuild_fts(self) -> int:

@@ -14,7 +14,7 @@ from hypothesis import given, strategies as st
 from adapters.console import clean_text
 from memory.store.connection import Store
 from tests.fakes import brain
-from tests.reliability.test_robust import ROOT, cli_env
+from tests.reliability.memgate_cli import ROOT, cli_env
 
 LINES = [b"caf\xe9 au lait is what I drink\n",            # latin-1, not UTF-8
          b"a lone \xed\xa0\x80 surrogate here\n",          # CESU-encoded lone surrogate

@@ -201,7 +201,8 @@ async def test_export_then_import_round_trip(tmp_path, fake_llm):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert any(r["text"] == "I prefer window seats on planes" and r["pinned"] for r in rows)
     env2 = env_for(tmp_path / "other")
-    p = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "memory", "import", str(out), env=env2, cwd=ROOT,
+    p = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "memory", "import", str(out), "--user", "alice",
+                                             env=env2, cwd=ROOT,
                                              stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     stdout, _ = await asyncio.wait_for(p.communicate(), 60)
     assert f"imported {len(rows)} memories" in stdout.decode()

@@ -46,7 +46,11 @@ def scenario(name: str) -> Callable[[Scenario], Scenario]:
     """Register a scenario under a table row name."""
 
     def register(fn: Scenario) -> Scenario:
-        if name in SCENARIOS and SCENARIOS[name] is not fn:
+        old = SCENARIOS.get(name)
+        # pytest imports a test module as `test_x`, the bench as `tests.reliability.test_x`: the
+        # same function from the same file is one scenario, not two.
+        if old is not None and old is not fn and (old.__code__.co_filename, old.__qualname__) != (
+                fn.__code__.co_filename, fn.__qualname__):
             raise ValueError(f"scenario {name!r} registered twice")
         SCENARIOS[name] = fn
         return fn

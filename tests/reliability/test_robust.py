@@ -7,83 +7,15 @@ against the fake OpenAI-compatible server) and SIGKILLs it where a crash used to
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
 import sys
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import numpy as np
-
 from memory.store.connection import Store
-from memory.store.rows import NewMemory, ensure_space, insert_memories
 from tests.fakes.llm_server import FakeLLM
 from tests.reliability.harness import Counts, assert_safe, scenario
-
-ROOT = str(Path(__file__).resolve().parents[2])
-
-
-def cli_env(tmp: Path, **extra: str) -> dict[str, str]:
-    """The environment of a `memgate` subprocess using `tmp/data` and no config file."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "none.toml").write_text("")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMGATE_")}
-    env.update({"MEMGATE_DATA_DIR": str(tmp / "data"), "PYTHONPATH": ROOT, "MEMGATE_CONFIG": str(tmp / "none.toml")})
-    env.update(extra)
-    return env
-
-
-async def run_cli(env: dict[str, str], *args: str, stdin: bytes | None = None, timeout: float = 120) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", *args, env=env, cwd=ROOT, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
-    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-
-
-async def kill_when(proc: asyncio.subprocess.Process, ready, timeout: float = 60) -> None:
-    """SIGKILL `proc` as soon as `ready()` holds (polled; never a fixed sleep as the trigger)."""
-    for _ in range(int(timeout / 0.02)):
-        if ready() or proc.returncode is not None:
-            break
-        await asyncio.sleep(0.02)
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGKILL)
-    await proc.wait()
-
-
-def seed_memories(db: Path, n: int, space: str = "u_alice") -> dict[str, str]:
-    """n facts with 384-d vectors in a fresh database; returns id -> text."""
-    store = Store(db, 384)
-    try:
-        now = datetime(2026, 1, 1, tzinfo=UTC)
-        rows = [NewMemory(space_id=space, kind="fact", text=f"memory number {i}: I like colour {i % 17}",
-                          title=f"memory {i}", created_at=now + timedelta(seconds=i)) for i in range(n)]
-        rng = np.random.default_rng(0)
-        vecs = rng.normal(size=(n, 384)).astype(np.float32)
-        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-
-        def write(con):
-            ensure_space(con, space, "user", "alice", now)
-            return insert_memories(con, rows, vecs)
-
-        ids = store.write(write)
-        return dict(zip(ids, (r.text for r in rows)))
-    finally:
-        store.close()
-
-
-def read_memories(db: Path) -> tuple[dict[str, str], int, set[int]]:
-    """(id -> text, stored embedding dimension, lengths of the stored vectors) of a database."""
-    store = Store(db, 384)
-    try:
-        rows = dict(store.read(lambda c: c.execute("SELECT id, text FROM memories").fetchall()))
-        lens = {r[0] for r in store.read(lambda c: c.execute(
-            "SELECT DISTINCT coalesce(len(embedding), 0) FROM memories").fetchall())}
-        return rows, store.dim, lens
-    finally:
-        store.close()
+from tests.reliability.memgate_cli import (
+    ROOT, cli_env, console_space, count_by_space, kill_when, read_memories, run_cli, seed_memories,
+)
 
 
 # --- reembed -------------------------------------------------------------------------------
@@ -143,3 +75,50 @@ def test_reembed_to_same_dimension_keeps_every_row(tmp_path):
         store.close()
     after, dim, lens = read_memories(db)
     assert after == before and dim == 384 and lens == {384}
+
+
+# --- import --------------------------------------------------------------------------------
+@scenario("memory import: SIGKILL mid-import, then re-run twice")
+async def import_killed_midway(tmp: Path) -> Counts:
+    name = "memory import: SIGKILL mid-import, then re-run twice"
+    n = 300
+    src = tmp / "source"
+    seed_memories(src / "data" / "memgate.duckdb", n, space="u_0123456789ab")
+    export = tmp / "alice.jsonl"
+    code, _, err = await run_cli(cli_env(src), "memory", "export", str(export), "--space", "u_0123456789ab")
+    if code != 0:
+        return Counts(name, n, 0, 0, n, 0, note=f"export failed: {err.strip()[-200:]}")
+    dest = tmp / "dest"
+    db = dest / "data" / "memgate.duckdb"
+    async with FakeLLM(embed_dim=64) as server:
+        server.embed_delay = 0.2
+        env = cli_env(dest, MEMGATE_EMBEDDING_PROVIDER="litellm", MEMGATE_EMBEDDING_MODEL="openai/fake-embed",
+                      MEMGATE_EMBEDDING_API_BASE=server.base_url, MEMGATE_EMBEDDING_DIM="64")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot.cli", "memory", "import", str(export), "--user", "alice", env=env, cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        await kill_when(proc, lambda: len(server.embedding_requests) >= 3)
+        after_kill = sum(count_by_space(db).values())
+        server.embed_delay = 0.0
+        outs = [await run_cli(env, "memory", "import", str(export), "--user", "alice") for _ in range(2)]
+    counts = count_by_space(db)
+    alice = console_space(db, "alice")
+    stored = counts.get(alice, 0)
+    leaked = sum(v for k, v in counts.items() if k != alice)
+    store = Store(db, 384)
+    try:
+        distinct = store.read(lambda c: c.execute("SELECT count(DISTINCT text) FROM memories").fetchone()[0])
+    finally:
+        store.close()
+    ok = [code for code, _, _ in outs] == [0, 0] and "imported 0 memories" in outs[1][1]
+    return Counts(name, n, 0, stored, max(0, n - stored) + (0 if ok else n), leaked,
+                  answered_twice=sum(counts.values()) - distinct,
+                  note=f"{after_kill} rows in before the kill; re-runs said {[o[1].strip() for o in outs]}")
+
+
+async def test_import_killed_midway_then_rerun_gives_one_clean_import(tmp_path):
+    counts = await import_killed_midway(tmp_path)
+    assert_safe(counts)
+    assert counts.stored == 300
+    after_kill = int(counts.note.split(" rows in")[0])
+    assert 0 < after_kill < 300  # the kill really landed mid-import

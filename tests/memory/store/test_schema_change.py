@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from memory.store.connection import Store
-from tests.reliability.test_robust import read_memories, seed_memories
+from tests.reliability.memgate_cli import read_memories, seed_memories
 
 ROOT = str(Path(__file__).resolve().parents[3])
 
