@@ -36,10 +36,12 @@ log = logging.getLogger(__name__)
 
 
 def make_embedder(settings: Settings) -> Embedder:
-    e = settings.embedding
+    e, m = settings.embedding, settings.memory
+    bounds = {"piece_chars": m.embed_piece_chars, "max_pieces": m.embed_max_pieces}
     if e.provider == "litellm":
-        return LiteLLMEmbedder(e.model, e.dim, api_base=e.api_base or None, api_key=settings.secret("embedding_api_key"))
-    return LocalE5Embedder()
+        return LiteLLMEmbedder(e.model, e.dim, api_base=e.api_base or None, api_key=settings.secret("embedding_api_key"),
+                               **bounds)
+    return LocalE5Embedder(**bounds)
 
 
 class UsageRecorder:

@@ -54,6 +54,8 @@ class MemoryConfig(_Section):
     dedup_threshold: float = Field(0.93, ge=0, le=1)
     fact_candidate_threshold: float = Field(0.86, ge=0, le=1)
     max_ingest_attempts: int = Field(3, ge=1, le=20)
+    embed_piece_chars: int = Field(2000, ge=200, le=32_000)
+    embed_max_pieces: int = Field(4, ge=1, le=64)
 
     @model_validator(mode="after")
     def _search_bounds(self) -> MemoryConfig:

