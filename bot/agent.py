@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from bot.limits import RECALL_QUERY_CHARS, cap_message, cap_reply
 from bot.tools import ToolBox, ToolContext
 from memory import prompts
 from memory.ingest.capture import CapturedTurn, TurnMessage
@@ -57,6 +58,8 @@ class AgentSettings:
     max_tool_rounds: int = 4
     turn_timeout: float = 120.0
     extra_system: str = ""
+    max_message_chars: int = 20_000     # what the model reads of one message (stored whole)
+    max_reply_chars: int = 20_000       # longer replies are cut at a boundary, with a note
 
 
 class Agent:
@@ -73,7 +76,7 @@ class Agent:
 
     async def run(self, req: TurnRequest) -> TurnResult:
         t0 = time.perf_counter()
-        query = req.text
+        query = req.text[:RECALL_QUERY_CHARS]  # a huge message is searched by its start, not every word
         last_user = next((m["content"] for m in reversed(req.history) if m["role"] == "user"), "")
         if len(query) < 40 and last_user:
             # "and her?" means nothing alone: a short message is searched with the previous one.
@@ -91,7 +94,7 @@ class Agent:
         # it may forge another turn; the memory block is neutralised where it is rendered.
         messages: list[dict] = [{"role": "system", "content": system},
                                 *({**m, "content": neutralize(m["content"])} for m in req.history),
-                                {"role": "user", "content": neutralize(req.text)}]
+                                {"role": "user", "content": neutralize(cap_message(req.text, self.settings.max_message_chars))}]
         t_prompt = time.perf_counter()
         calls_before = self.llm.usage.total_calls()
         tokens_before = (sum(self.llm.usage.prompt_tokens.values()), sum(self.llm.usage.completion_tokens.values()))
@@ -100,6 +103,7 @@ class Agent:
         llm_ms = 0.0
         try:
             reply, tool_msgs, llm_ms = await asyncio.wait_for(self._loop(messages, req.ctx), timeout=self.settings.turn_timeout)
+            reply = cap_reply(reply, self.settings.max_reply_chars)
             captured_msgs += tool_msgs
         except TimeoutError:
             reply, failed = prompts.TIMEOUT_APOLOGY, True

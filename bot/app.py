@@ -152,7 +152,7 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                             search_max=m.search_max, half_life_days=m.half_life_days, decay_floor=m.decay_floor,
                             mmr_lambda=m.mmr_lambda, fusion=m.fusion)
     ingest = IngestSettings(dedup_threshold=m.dedup_threshold, fact_candidate_threshold=m.fact_candidate_threshold,
-                            max_attempts=m.max_ingest_attempts)
+                            max_attempts=m.max_ingest_attempts, max_facts_per_turn=m.max_facts_per_turn)
     extras: dict[str, Any] = {}
     engine = MemoryEngine(store, embedder, memory_llm, data_dir=settings.data_path, recall_settings=recall,
                           ingest_settings=ingest, clock=clock)
@@ -164,7 +164,9 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
     if llm is not None:
         a = settings.agent
         agent = Agent(engine, llm, tools, AgentSettings(name=a.name, max_tool_rounds=a.max_tool_rounds,
-                                                        turn_timeout=a.turn_timeout, extra_system=a.system_prompt),
+                                                        turn_timeout=a.turn_timeout, extra_system=a.system_prompt,
+                                                        max_message_chars=a.max_message_chars,
+                                                        max_reply_chars=a.max_reply_chars),
                       clock=clock)
     gateway = Gateway(access=access, sessions=sessions, agent=agent, commands=commands, clock=clock,
                       settings=GatewaySettings(queue_size=settings.agent.queue_size,

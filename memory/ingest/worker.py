@@ -46,6 +46,7 @@ class IngestSettings:
     backoff_seconds: float = 30.0
     batch: int = 16
     poll_seconds: float = 5.0
+    max_facts_per_turn: int = F.MAX_FACTS_PER_TURN
 
 
 class DedupVerdict(BaseModel):
@@ -253,7 +254,9 @@ class IngestWorker:
         for d in live:
             d.title = trim(answer.titles.get(str(d.n), "") or d.msg.text, TITLE_CHARS if d not in needs_title else 200)
         # 2. Facts from user messages only, minus one-off questions.
-        new_facts = F.keep_statements(f for f in answer.facts if _from_user(f, drafts))
+        new_facts = F.keep_statements([f for f in answer.facts if _from_user(f, drafts)], s.max_facts_per_turn)
+        if len(answer.facts) > s.max_facts_per_turn:
+            log.warning("turn %s: the memory LLM returned %d facts; kept %d", turn_id, len(answer.facts), len(new_facts))
         plan, decisions = await self._plan_facts(space_id, new_facts, [[] for _ in new_facts])
         await self.store.awrite(lambda c: self._write(c, qid, space_id, session_id, turn_id, created_at, drafts, raws, plan, decisions))
 
@@ -355,7 +358,7 @@ class IngestWorker:
                     prompts.FACTS_ONLY_SYSTEM.format(date=f"{created_at:%Y-%m-%d}"),
                     "\n".join(f"{i}. {redact(t)}" for i, t in enumerate(texts, start=1)),
                     F.FactsAnswer, purpose="ingest")
-                new_facts = F.keep_statements(answer.facts)
+                new_facts = F.keep_statements(answer.facts, self.settings.max_facts_per_turn)
                 plan, decisions = await self._plan_facts(
                     space_id, new_facts,
                     [[ids[n - 1] for n in f.from_ if 1 <= n <= len(ids)] or list(ids) for f in new_facts])
