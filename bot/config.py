@@ -132,8 +132,8 @@ class ApiConfig(_Section):
     host: str = "127.0.0.1"             # loopback only by default: put a TLS proxy in front to expose it
     port: int = Field(default=8765, ge=0, le=65535)  # 0 = any free port
     max_body_mb: float = Field(default=4.0, gt=0, le=512)
-    rate_limit_per_minute: float = Field(default=600.0, gt=0)   # per key, refilled continuously
-    rate_limit_burst: int = Field(default=60, ge=1)             # requests a key may make at once
+    rate_limit_per_minute: float = Field(default=600.0, gt=0, le=1_000_000)   # per key, refilled continuously
+    rate_limit_burst: int = Field(default=60, ge=1, le=100_000)             # requests a key may make at once
     session_idle_minutes: float = Field(default=30.0, gt=0, le=10080)  # dashboard login ends after this idle time
 
 
