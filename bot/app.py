@@ -111,6 +111,11 @@ class App:
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
 
     async def __aenter__(self) -> App:
+        import asyncio
+
+        # Heavy libraries load in a thread while the loop already serves (DESIGN section 8).
+        warming = asyncio.create_task(asyncio.to_thread(self._warm_up), name="warm-up")
+        self._stack.push_async_callback(asyncio.wait, [warming])
         await self.engine.ensure_space(self.access.PUBLIC_SPACE, "public", "shared by everyone let in")
         await self.engine.worker.start()
         self._stack.push_async_callback(self._close_store)
@@ -132,6 +137,18 @@ class App:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
+
+    def _warm_up(self) -> None:
+        """Import and warm litellm, jieba's dictionary and the embedding model (blocking)."""
+        from memory.text import tokenize
+
+        steps = [("jieba", lambda: tokenize("预热 warm up")), ("embedding model", lambda: self.engine.embedder.embed_query("warm up"))]
+        steps += [(f"LLM {llm.settings.model}", llm.warm) for llm in {id(x): x for x in (self.llm, self.memory_llm) if x}.values()]
+        for what, step in steps:
+            try:
+                step()
+            except Exception as exc:  # a failed warm-up only means the first use pays for it
+                log.warning("warming up %s failed: %s", what, exc)
 
     async def _close_store(self) -> None:
         self.store.close()

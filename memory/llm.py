@@ -147,6 +147,15 @@ class LiteLLM:
             self._litellm = import_litellm()
         return self._litellm
 
+    def warm(self) -> None:
+        """Import litellm and run one offline mock call (blocking: call from a thread at start).
+
+        Importing litellm takes ~5 s of CPU and its first call loads more lazily; done inside
+        an async call it froze every channel. `complete` also imports off the loop if needed."""
+        lib = self._lib()
+        asyncio.run(lib.acompletion(model=self.settings.model, messages=[{"role": "user", "content": "warm up"}],
+                                    mock_response="ok", api_key="sk-warm-up"))
+
     def _account(self, purpose: str, ok: bool, prompt: int, completion: int) -> None:
         self.usage.add(purpose, prompt, completion, ok)
         if self._sink is not None:
@@ -175,7 +184,7 @@ class LiteLLM:
             kwargs["tools"] = list(tools)
         if json_mode:
             kwargs["response_format"] = {"type": "json_object"}
-        lib = self._lib()
+        lib = self._litellm if self._litellm is not None else await asyncio.to_thread(self._lib)
         last: Exception | None = None
         for attempt in range(s.retries + 1):
             try:
