@@ -7,6 +7,7 @@ against the fake OpenAI-compatible server) and SIGKILLs it where a crash used to
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 
@@ -122,3 +123,93 @@ async def test_import_killed_midway_then_rerun_gives_one_clean_import(tmp_path):
     assert counts.stored == 300
     after_kill = int(counts.note.split(" rows in")[0])
     assert 0 < after_kill < 300  # the kill really landed mid-import
+
+
+# --- huge inputs -----------------------------------------------------------------------------
+@scenario("huge message (300k chars) and huge LLM reply while another person talks")
+async def huge_inputs(tmp: Path) -> Counts:
+    from bot.app import build_app
+    from bot.config import load_settings
+    from tests.fakes import brain
+    from tests.fakes.channel import RecordingChannel
+
+    name = "huge message (300k chars) and huge LLM reply while another person talks"
+    huge = "My bees live on the roof and make heather honey. " * 6_000
+
+    def respond(req):
+        if req["messages"][0]["content"].startswith("You are memgate") and "heather honey" in req["messages"][-1]["content"]:
+            return "Honey! " * 50_000  # 350k characters
+        return brain.respond(req)
+
+    async with FakeLLM(responder=respond) as server:
+        settings = load_settings(None, env={
+            "MEMGATE_DATA_DIR": str(tmp / "data"), "MEMGATE_LLM_API_BASE": server.base_url,
+            "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0", "MEMGATE_LLM_API_KEY": "sk-test",
+            "MEMGATE_MEMORY_EMBED_PIECE_CHARS": "300", "MEMGATE_MEMORY_EMBED_MAX_PIECES": "2"})
+        channel = RecordingChannel("console")
+        app = build_app(settings, channels=[channel])
+        async with app:
+            await channel.say("ann", huge)
+            await channel.say("ben", "I am ben and I like chess.")
+            await channel.wait_for(2, timeout=300)
+            await app.gateway.idle()
+            await app.engine.worker.drain()
+            stored = dict(app.store.read(lambda c: c.execute(
+                "SELECT speaker, count(*) FROM memories WHERE kind = 'chunk' AND role = 'user' GROUP BY ALL").fetchall()))
+            users = dict(app.store.read(lambda c: c.execute(
+                "SELECT text, space_id FROM memories WHERE kind = 'chunk' AND role = 'user'").fetchall()))
+        longest = max(len(r.text) for r in channel.sent)
+        ben_saw = [r.text for r in channel.sent if r.chat_id == "ben"]
+        ben_prompts = [r for r in server.requests if "chess" in r["messages"][-1]["content"]]
+    answered = len({r.chat_id for r in channel.sent})
+    whole = sum(1 for t in users if len(t) > 200_000)
+    leaked = sum("heather" in t for t in ben_saw) + sum("heather" in json.dumps(r, ensure_ascii=False) for r in ben_prompts)
+    n_stored = sum(stored.values())
+    return Counts(name, 2, answered, n_stored, 2 - min(answered, n_stored), leaked,
+                  note=f"longest reply sent {longest} chars; huge message stored whole: {whole == 1}")
+
+
+async def test_huge_inputs_are_answered_stored_and_bounded(tmp_path):
+    counts = await huge_inputs(tmp_path)
+    assert_safe(counts)
+    assert counts.answered == 2 and counts.stored == 2
+    assert "stored whole: True" in counts.note
+    assert int(counts.note.split("longest reply sent ")[1].split()[0]) <= 20_000
+
+
+# --- bad configuration -----------------------------------------------------------------------
+BAD_CONFIGS = {
+    "agent.max_tool_rounds = -1": "[agent]\nmax_tool_rounds = -1\n",
+    "llm.retries = -1": "[llm]\nretries = -1\n",
+    "memory.inject_items = -3": "[memory]\ninject_items = -3\n",
+    "embedding.dim = -1": "[embedding]\nprovider = 'litellm'\nmodel = 'x'\ndim = -1\n",
+    "log_level = LOUD": 'log_level = "LOUD"\n',
+    "not UTF-8": b'[agent]\nname = "caf\xe9"\n',
+    "a directory": None,
+}
+
+
+@scenario("bad configuration: one clear line and a non-zero exit, never a traceback")
+async def bad_configs(tmp: Path) -> Counts:
+    name = "bad configuration: one clear line and a non-zero exit, never a traceback"
+
+    async def one(i: int, key: str, body) -> bool:
+        cfg = tmp / f"c{i}.toml"
+        if body is None:
+            cfg.mkdir(parents=True)
+        elif isinstance(body, bytes):
+            cfg.write_bytes(body)
+        else:
+            cfg.write_text(body)
+        code, _, err = await run_cli(cli_env(tmp, MEMGATE_CONFIG=str(cfg)), "jobs")
+        lines = [line for line in err.splitlines() if line.strip()]
+        return code != 0 and "Traceback" not in err and len(lines) == 1
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    results = await asyncio.gather(*(one(i, k, b) for i, (k, b) in enumerate(BAD_CONFIGS.items())))
+    bad = [k for k, ok in zip(BAD_CONFIGS, results) if not ok]
+    return Counts(name, len(BAD_CONFIGS), sum(results), 0, len(bad), 0, note=f"unclear: {bad}" if bad else "")
+
+
+async def test_bad_configs_each_get_one_clear_line(tmp_path):
+    assert_safe(await bad_configs(tmp_path))
