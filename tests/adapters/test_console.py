@@ -22,6 +22,7 @@ LINES = [b"caf\xe9 au lait is what I drink\n",            # latin-1, not UTF-8
          "and a normal line: 我喜欢猫\n".encode()]
 
 
+@pytest.mark.timeout(900)  # real subprocesses on a shared 2-core machine
 @pytest.mark.parametrize("io_encoding", ["", "utf-8:strict"])
 async def test_invalid_bytes_on_stdin_are_answered_stored_and_the_reader_survives(tmp_path, fake_llm, io_encoding):
     fake_llm.responder = brain.respond

@@ -4,6 +4,7 @@ The first LLM call used to import litellm inside the async call and freeze every
 
 from __future__ import annotations
 
+import pytest
 import asyncio
 import json
 import sys
@@ -14,6 +15,7 @@ from tests.fakes import brain
 ROOT = str(Path(__file__).resolve().parents[2])
 
 
+@pytest.mark.timeout(900)  # real subprocesses on a shared 2-core machine
 async def test_a_turn_after_a_fresh_start_never_holds_the_loop_over_100ms(tmp_path, fake_llm):
     fake_llm.responder = brain.respond
     (tmp_path / "none.toml").write_text("")

@@ -4,6 +4,7 @@ a traceback) for a file that cannot be used."""
 
 from __future__ import annotations
 
+import pytest
 import json
 
 from tests.fakes import brain
@@ -14,6 +15,7 @@ def _lines(*rows) -> bytes:
     return b"".join((r if isinstance(r, bytes) else json.dumps(r).encode()) + b"\n" for r in rows)
 
 
+@pytest.mark.timeout(900)  # real subprocesses on a shared 2-core machine
 async def test_missing_file_is_one_line(tmp_path):
     code, out, err = await run_cli(cli_env(tmp_path), "memory", "import", str(tmp_path / "nope.jsonl"), "--user", "a")
     assert code == 2 and "Traceback" not in err
@@ -21,6 +23,7 @@ async def test_missing_file_is_one_line(tmp_path):
         f"memgate: cannot read {tmp_path / 'nope.jsonl'}: No such file or directory"]
 
 
+@pytest.mark.timeout(900)  # real subprocesses on a shared 2-core machine
 async def test_bad_lines_are_reported_by_number_and_the_rest_goes_in(tmp_path):
     f = tmp_path / "mixed.jsonl"
     f.write_bytes(_lines(
@@ -47,6 +50,7 @@ async def test_bad_lines_are_reported_by_number_and_the_rest_goes_in(tmp_path):
     assert count_by_space(db) == {console_space(db, "bea"): 2}
 
 
+@pytest.mark.timeout(900)  # real subprocesses on a shared 2-core machine
 async def test_an_export_of_unknown_spaces_needs_to_be_told_whose_it_is(tmp_path):
     f = tmp_path / "e.jsonl"
     f.write_bytes(_lines({"id": "f_000000000001", "space_id": "u_elsewhere", "text": "I grow tomatoes"}))
@@ -55,6 +59,7 @@ async def test_an_export_of_unknown_spaces_needs_to_be_told_whose_it_is(tmp_path
     assert len(err.strip().splitlines()) == 1 and "u_elsewhere" in err and "--user" in err
 
 
+@pytest.mark.timeout(900)  # real subprocesses on a shared 2-core machine
 async def test_two_peoples_export_is_not_merged_into_one_person(tmp_path):
     f = tmp_path / "e.jsonl"
     f.write_bytes(_lines({"id": "f_000000000001", "space_id": "u_aaaa", "text": "A's secret"},
@@ -64,6 +69,7 @@ async def test_two_peoples_export_is_not_merged_into_one_person(tmp_path):
     assert not (tmp_path / "data" / "memgate.duckdb").exists() or count_by_space(tmp_path / "data" / "memgate.duckdb") == {}
 
 
+@pytest.mark.timeout(900)  # real subprocesses on a shared 2-core machine
 async def test_export_imported_into_a_fresh_install_is_seen_by_its_owner(tmp_path, fake_llm):
     fake_llm.responder = brain.respond
     llm = {"MEMGATE_LLM_API_BASE": fake_llm.base_url, "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0"}

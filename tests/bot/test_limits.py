@@ -4,6 +4,7 @@ bounded embedding work (DESIGN section 7 findings: 1 MB messages, 300k-char repl
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, strategies as st
 
 from bot.app import build_app
@@ -47,6 +48,7 @@ def test_cap_message_keeps_short_text_and_says_how_much_is_left():
 HUGE_REPLY = ("Here is the plan. " * 20_000)[:300_000]
 
 
+@pytest.mark.timeout(900)  # real subprocesses on a shared 2-core machine
 async def test_huge_message_and_huge_reply_are_bounded_for_the_model_and_the_channel_but_stored_whole(
         tmp_path, fake_llm, clock):
     def respond(req):

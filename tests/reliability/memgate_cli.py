@@ -28,7 +28,7 @@ def cli_env(tmp: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-async def run_cli(env: dict[str, str], *args: str, stdin: bytes | None = None, timeout: float = 120) -> tuple[int, str, str]:
+async def run_cli(env: dict[str, str], *args: str, stdin: bytes | None = None, timeout: float = 600) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot.cli", *args, env=env, cwd=ROOT, stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -36,7 +36,7 @@ async def run_cli(env: dict[str, str], *args: str, stdin: bytes | None = None, t
     return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
-async def kill_when(proc: asyncio.subprocess.Process, ready, timeout: float = 60) -> None:
+async def kill_when(proc: asyncio.subprocess.Process, ready, timeout: float = 300) -> None:
     """SIGKILL `proc` as soon as `ready()` holds (polled; never a fixed sleep as the trigger)."""
     for _ in range(int(timeout / 0.02)):
         if ready() or proc.returncode is not None:

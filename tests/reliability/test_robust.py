@@ -6,6 +6,7 @@ against the fake OpenAI-compatible server) and SIGKILLs it where a crash used to
 
 from __future__ import annotations
 
+import pytest
 import asyncio
 import json
 import sys
@@ -52,6 +53,7 @@ async def reembed_killed_midway(tmp: Path) -> Counts:
                        f"exit {code} dim {dim} {err.strip()[-200:] if code else ''}")
 
 
+@pytest.mark.timeout(900)  # real subprocesses on a shared 2-core machine
 async def test_reembed_killed_midway_opens_with_every_memory_and_a_second_run_completes(tmp_path):
     counts = await reembed_killed_midway(tmp_path)
     assert_safe(counts)
@@ -117,6 +119,7 @@ async def import_killed_midway(tmp: Path) -> Counts:
                   note=f"{after_kill} rows in before the kill; re-runs said {[o[1].strip() for o in outs]}")
 
 
+@pytest.mark.timeout(900)  # real subprocesses on a shared 2-core machine
 async def test_import_killed_midway_then_rerun_gives_one_clean_import(tmp_path):
     counts = await import_killed_midway(tmp_path)
     assert_safe(counts)
@@ -169,6 +172,7 @@ async def huge_inputs(tmp: Path) -> Counts:
                   note=f"longest reply sent {longest} chars; huge message stored whole: {whole == 1}")
 
 
+@pytest.mark.timeout(900)  # real subprocesses on a shared 2-core machine
 async def test_huge_inputs_are_answered_stored_and_bounded(tmp_path):
     counts = await huge_inputs(tmp_path)
     assert_safe(counts)
@@ -211,5 +215,6 @@ async def bad_configs(tmp: Path) -> Counts:
     return Counts(name, len(BAD_CONFIGS), sum(results), 0, len(bad), 0, note=f"unclear: {bad}" if bad else "")
 
 
+@pytest.mark.timeout(900)  # real subprocesses on a shared 2-core machine
 async def test_bad_configs_each_get_one_clear_line(tmp_path):
     assert_safe(await bad_configs(tmp_path))
