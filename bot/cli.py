@@ -159,7 +159,7 @@ def _engine(settings: Settings):
     return build_app(settings)
 
 
-def _user_space(app, who: str, *, create: bool) -> str:
+def _person_space(app, who: str, *, create: bool) -> str:
     """The space `memgate chat --user WHO` talks in (or an identity given as channel:id)."""
     from datetime import UTC, datetime
 
@@ -186,7 +186,7 @@ def _user_space(app, who: str, *, create: bool) -> str:
 
 def _spaces(app, args) -> list[str]:
     if getattr(args, "user", None):
-        return [_user_space(app, args.user, create=False)]
+        return [_person_space(app, args.user, create=False)]
     if getattr(args, "space", None):
         return [args.space]
     return [r[0] for r in app.store.read(lambda c: c.execute("SELECT id FROM spaces ORDER BY id").fetchall())]
@@ -214,7 +214,7 @@ def _import(app, args) -> int:
             print(f"memgate: {args.file} holds the memories of {len(sources)} spaces ({', '.join(sorted(sources))}); "
                   "import them one person at a time (memgate memory export --space ID)", file=sys.stderr)
             return 2
-        target = args.space or _user_space(app, args.user, create=True)
+        target = args.space or _person_space(app, args.user, create=True)
         space_for = lambda r: PUBLIC if r.space_id == PUBLIC else target  # noqa: E731
     else:
         unknown = sorted(sources - known)
