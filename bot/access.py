@@ -1,9 +1,10 @@
 """Who may talk to the bot, and which memory spaces they reach.
 
-Identities (channel, external id) with a role and a private user space, DM pairing codes,
-allowlists, the group policy and identity linking, persisted in DuckDB (migrations 200-299).
-The tables are the truth; identities are cached in memory and the cache is dropped on every
-write made here (all access writes go through this object: the store has one writer).
+Identities (channel, external id) with a role and a private user space, allowlists and the
+group policy, persisted in DuckDB (migrations 200-299; DM pairing is in bot/pairing.py, identity
+linking in bot/linking.py). The tables are the truth; identities are cached in memory and the
+cache is dropped on every write made through `Access.write` (all access writes go through it:
+the store has one writer).
 
 Spaces: a DM reads the person's user space + "public" and writes to the user space; a group
 reads the group space + "public" and writes to the group space. A person's private space is
@@ -14,13 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
+from typing import Protocol
 
 from bot.config import AccessConfig
 from bot.errors import MemgateError
@@ -35,11 +36,8 @@ CONSOLE_CHANNEL = "console"
 # No 0/O/1/I: codes are read aloud and retyped by people.
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 CODE_LENGTH = 8
-LINK_TTL = timedelta(minutes=10)
 # Bound on remembered "unknown person" lookups (strangers can be many; known people are few).
 _NEGATIVE_CACHE_MAX = 4096
-# Tables whose rows belong to a space and follow a person when identities are linked.
-_SPACE_TABLES = ("memories", "tasks", "skills", "ingest_queue")
 
 ACCESS_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -82,14 +80,6 @@ ACCESS_MIGRATIONS: tuple[Migration, ...] = (
     ),
 )
 
-PAIRING_TEXT = (
-    "Hi! I don't know you yet. Your pairing code is {code} (valid for {minutes} more minutes). "
-    "Send it to the owner of this bot: they approve it with /approve {code} "
-    "(or `memgate pairing approve {code}` on the server)."
-)
-TOO_MANY_PENDING_TEXT = ("Sorry, too many access requests are already waiting for the owner. "
-                         "Please try again later.")
-DENIED_TEXT = "Sorry, your access request was declined."
 ALLOWLIST_TEXT = "Sorry, this bot is private."
 DM_DISABLED_TEXT = "Sorry, direct messages are turned off for this bot."
 GROUP_NOT_ALLOWED_TEXT = "Sorry, I'm not enabled in this group."
@@ -137,21 +127,11 @@ class Refused:
     reply: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class PairingRequest:
-    """A stranger waiting for the owner to approve their code."""
+class Doorbell(Protocol):
+    """What a stranger's DM meets under the pairing policy (bot.pairing.Pairing)."""
 
-    code: str
-    channel: str
-    external_id: str
-    display_name: str
-    chat_id: str
-    created_at: datetime
-    expires_at: datetime
-
-    @property
-    def key(self) -> str:
-        return f"{self.channel}:{self.external_id}"
+    async def ring(self, msg: Message) -> Refused:
+        """Their pairing code, or why they cannot have one."""
 
 
 def new_code(choice: Callable[[str], str] = secrets.choice) -> str:
@@ -202,17 +182,20 @@ class Access:
 
     PUBLIC_SPACE = PUBLIC_SPACE
 
-    def __init__(self, store: Store, config: AccessConfig, *, clock: Callable[[], datetime]) -> None:
+    def __init__(self, store: Store, config: AccessConfig, *, clock: Callable[[], datetime],
+                 doorbell: Doorbell | None = None) -> None:
         self.store = store
         self.config = config
         self.clock = clock
-        self._owners = frozenset(config.owners)
+        self.owners = frozenset(config.owners)
         self._allow = frozenset(config.allow)
         self._groups = frozenset(config.groups)
         self._cache: dict[str, Identity | None] = {}
         self._generation = 0            # bumped on every write: stale reads never enter the cache
         self._group_spaces: set[str] = set()
         self._warned_groups: set[str] = set()
+        # Set by the composition root once Pairing (which needs this object) exists.
+        self.doorbell = doorbell
 
     # --- the per-message decision ----------------------------------------------------------
     async def check(self, msg: Message) -> Allowed | Refused:
@@ -228,7 +211,7 @@ class Access:
         if ident is not None and ident.role is Role.BLOCKED and not console:
             return Refused(None)
         if ident is None:
-            if console or key in self._owners or (self.config.dm_policy != "disabled" and (
+            if console or key in self.owners or (self.config.dm_policy != "disabled" and (
                     self.config.dm_policy == "open" or key in self._allow)):
                 ident = await self._create(msg)
             else:
@@ -258,7 +241,10 @@ class Access:
             return Refused(DM_DISABLED_TEXT)
         if policy == "allowlist":
             return Refused(ALLOWLIST_TEXT)
-        return await self._pair(msg)
+        if self.doorbell is None:
+            log.warning("dm_policy is pairing but no pairing desk is wired; refusing %s:%s", msg.channel, msg.sender_id)
+            return Refused(ALLOWLIST_TEXT)
+        return await self.doorbell.ring(msg)
 
     async def _check_group(self, msg: Message) -> Allowed | Refused:
         policy = self.config.group_policy
@@ -277,7 +263,7 @@ class Access:
             return Refused(None)
         space = group_space_id(msg.channel, msg.chat_id)
         if space not in self._group_spaces:
-            now = self._now()
+            now = self.now()
 
             def write(con: Conn) -> None:
                 ensure_space(con, space, "group", group_key, now)
@@ -301,20 +287,20 @@ class Access:
         row = await self.store.aread(lambda con: con.execute(
             f"SELECT {_ID_COLUMNS} FROM identities WHERE channel = ? AND external_id = ?",
             [channel, external_id]).fetchone())
-        ident = self._effective(_row_identity(row)) if row else None
+        ident = self.effective(_row_identity(row)) if row else None
         if generation == self._generation:
-            self._remember(ident, key)
+            self.remember(ident, key)
         return ident
 
     async def users(self) -> list[Identity]:
         """Every stored identity, oldest first."""
         rows = await self.store.aread(lambda con: con.execute(
             f"SELECT {_ID_COLUMNS} FROM identities ORDER BY created_at, channel, external_id").fetchall())
-        return [self._effective(_row_identity(r)) for r in rows]
+        return [self.effective(_row_identity(r)) for r in rows]
 
     def is_admin(self, identity: Identity) -> bool:
         """Owner or admin, by the latest role known here."""
-        return self._role_now(identity) in (Role.OWNER, Role.ADMIN)
+        return self.role_now(identity) in (Role.OWNER, Role.ADMIN)
 
     async def set_role(self, who: str, role: Role, by: Identity) -> Identity:
         """Change a person's role. Admins manage users; only the owner makes or changes admins;
@@ -322,199 +308,57 @@ class Access:
         role = Role(role)
         if not self.is_admin(by):
             raise AccessError("only the owner or an admin can change roles")
-        target = await self._resolve(who)
-        by_owner = self._role_now(by) is Role.OWNER
+        target = await self.resolve(who)
+        by_owner = self.role_now(by) is Role.OWNER
         if target.role is Role.OWNER:
             raise AccessError(f"{target.display_name} ({target.key}) is the owner; the owner's role cannot be changed")
         if role in (Role.OWNER, Role.ADMIN) and not by_owner:
             raise AccessError(f"only the owner can make someone {role.value}")
         if target.role is Role.ADMIN and not by_owner:
             raise AccessError(f"only the owner can change the role of an admin ({target.display_name})")
-        now = self._now()
+        now = self.now()
 
         def write(con: Conn) -> None:
             con.execute("UPDATE identities SET role = ?, updated_at = ? WHERE channel = ? AND external_id = ?",
                         [role.value, now, target.channel, target.external_id])
 
-        await self._write(write)
+        await self.write(write)
         log.info("role of %s set to %s by %s", target.key, role.value, by.key)
         changed = Identity(target.channel, target.external_id, target.space_id, role, target.display_name)
-        self._remember(changed)
+        self.remember(changed)
         return changed
 
-    # --- pairing ---------------------------------------------------------------------------
-    async def approve(self, code: str, by: Identity | None) -> Identity:
-        """Let the stranger holding `code` in; `by` None means the server's command line."""
-        self._require_admin(by, "approve")
-        code, now = normalize_code(code), self._now()
-
-        def write(con: Conn) -> Identity:
-            req = self._open_request(con, code, now)
-            channel, external_id, name = req[1], req[2], req[3]
-            existing = self._select(con, channel, external_id)
-            if existing is None:
-                role = self._approval_role(con, f"{channel}:{external_id}")
-                existing = self._insert_identity(con, channel, external_id, name, role, now)
-            con.execute("UPDATE pairing_requests SET status = 'approved', decided_by = ?, decided_at = ? WHERE code = ?",
-                        [by.key if by else "cli", now, code])
-            return existing
-
-        ident = self._effective(await self._write(write))
-        self._remember(ident)
-        log.info("pairing approved: %s as %s by %s", ident.key, ident.role.value, by.key if by else "cli")
-        return ident
-
-    async def deny(self, code: str, by: Identity | None) -> None:
-        """Refuse the stranger holding `code`; they hear 'declined' for the pairing TTL."""
-        self._require_admin(by, "deny")
-        code, now = normalize_code(code), self._now()
-
-        def write(con: Conn) -> str:
-            req = self._request(con, code)
-            con.execute("UPDATE pairing_requests SET status = 'denied', decided_by = ?, decided_at = ? WHERE code = ?",
-                        [by.key if by else "cli", now, code])
-            return f"{req[1]}:{req[2]}"
-
-        key = await self._write(write)
-        log.info("pairing denied: %s by %s", key, by.key if by else "cli")
-
-    async def pending(self) -> list[PairingRequest]:
-        """Requests still waiting and not expired, oldest first."""
-        now = self._now()
-        rows = await self.store.aread(lambda con: con.execute(
-            """SELECT code, channel, external_id, display_name, chat_id, created_at, expires_at
-               FROM pairing_requests WHERE status = 'pending' AND expires_at > ? ORDER BY created_at, code""",
-            [now]).fetchall())
-        return [PairingRequest(*r) for r in rows]
-
-    async def _pair(self, msg: Message) -> Refused:
-        """A stranger's DM under the pairing policy: their (same, still valid) code, or a refusal."""
-        now, ttl = self._now(), timedelta(minutes=self.config.pairing_ttl_minutes)
-
-        def write(con: Conn) -> tuple[str, str | None, datetime | None]:
-            row = con.execute(
-                """SELECT code, expires_at FROM pairing_requests WHERE channel = ? AND external_id = ?
-                   AND status = 'pending' AND expires_at > ? ORDER BY created_at DESC LIMIT 1""",
-                [msg.channel, msg.sender_id, now]).fetchone()
-            if row:
-                return "code", row[0], row[1]
-            denied = con.execute(
-                """SELECT 1 FROM pairing_requests WHERE channel = ? AND external_id = ?
-                   AND status = 'denied' AND decided_at > ?""",
-                [msg.channel, msg.sender_id, now - ttl]).fetchone()
-            if denied:
-                return "denied", None, None
-            waiting = con.execute("SELECT count(*) FROM pairing_requests WHERE status = 'pending' AND expires_at > ?",
-                                  [now]).fetchone()[0]
-            if waiting >= self.config.max_pending:
-                return "full", None, None
-            code = self._unique_code(con, "pairing_requests")
-            con.execute(
-                """INSERT INTO pairing_requests (code, channel, external_id, display_name, chat_id, created_at, expires_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?)""",
-                [code, msg.channel, msg.sender_id, msg.sender_name or msg.sender_id, msg.chat_id, now, now + ttl])
-            log.info("pairing requested by %s:%s", msg.channel, msg.sender_id)
-            return "code", code, now + ttl
-
-        outcome, code, expires = await self._write(write)
-        if outcome == "denied":
-            return Refused(DENIED_TEXT)
-        if outcome == "full":
-            log.info("pairing refused for %s:%s: %s requests pending", msg.channel, msg.sender_id,
-                     self.config.max_pending)
-            return Refused(TOO_MANY_PENDING_TEXT)
-        minutes = max(1, math.ceil((expires - now).total_seconds() / 60))
-        return Refused(PAIRING_TEXT.format(code=code, minutes=minutes))
-
-    # --- linking ---------------------------------------------------------------------------
-    async def link_code(self, identity: Identity) -> str:
-        """A one-time code (10 minutes) that another account of this person redeems to share its space."""
-        now = self._now()
-
-        def write(con: Conn) -> str:
-            me = self._select(con, identity.channel, identity.external_id)
-            if me is None or me.role is Role.BLOCKED:
-                raise AccessError("linking is for people I know: send /link to me in a direct message")
-            con.execute("UPDATE link_codes SET status = 'replaced' WHERE channel = ? AND external_id = ? AND status = 'open'",
-                        [me.channel, me.external_id])
-            code = self._unique_code(con, "link_codes")
-            con.execute("INSERT INTO link_codes (code, channel, external_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
-                        [code, me.channel, me.external_id, now, now + LINK_TTL])
-            return code
-
-        return await self._write(write)
-
-    async def redeem_link(self, code: str, identity: Identity) -> Identity:
-        """`identity` joins the space of the code's issuer; its old space's memories move along."""
-        code, now = normalize_code(code), self._now()
-
-        def write(con: Conn) -> tuple[Identity, dict[str, int]]:
-            row = con.execute("SELECT channel, external_id, status, expires_at FROM link_codes WHERE code = ?",
-                              [code]).fetchone()
-            if row is None or row[2] != "open":
-                raise AccessError(f"no open link code {code}: send /link again on your other account")
-            if row[3] <= now:
-                raise AccessError(f"link code {code} has expired: send /link again on your other account")
-            issuer = self._select(con, row[0], row[1])
-            me = self._select(con, identity.channel, identity.external_id)
-            if issuer is None:
-                raise AccessError("the account that made this code is gone")
-            if me is None or me.role is Role.BLOCKED:
-                raise AccessError("send the link code to me in a direct message")
-            if me.key == issuer.key:
-                raise AccessError("this code is yours: send it from your other account")
-            con.execute("UPDATE link_codes SET status = 'used', used_by = ?, used_at = ? WHERE code = ?",
-                        [me.key, now, code])
-            old, target = me.space_id, issuer.space_id
-            moved: dict[str, int] = {}
-            if old != target:
-                for table in _SPACE_TABLES:
-                    moved[table] = con.execute(f"UPDATE {table} SET space_id = ? WHERE space_id = ?",
-                                               [target, old]).fetchone()[0]
-                # Everyone already linked to the redeemer comes along: one person, one space.
-                con.execute("UPDATE identities SET space_id = ?, updated_at = ? WHERE space_id = ?", [target, now, old])
-            return Identity(me.channel, me.external_id, target, me.role, me.display_name), moved
-
-        ident, moved = await self._write(write)
-        log.info("linked %s into space %s (moved %s)", ident.key, ident.space_id, moved)
-        ident = self._effective(ident)
-        self._remember(ident)
-        return ident
-
     # --- internals -------------------------------------------------------------------------
-    def _now(self) -> datetime:
+    def now(self) -> datetime:
         return utc_naive(self.clock())
 
-    def _effective(self, ident: Identity) -> Identity:
+    def effective(self, ident: Identity) -> Identity:
         """Configured owners are owners whatever the table says (config is the authority)."""
-        if ident.key in self._owners and ident.role is not Role.OWNER:
+        if ident.key in self.owners and ident.role is not Role.OWNER:
             return Identity(ident.channel, ident.external_id, ident.space_id, Role.OWNER, ident.display_name)
         return ident
 
-    def _role_now(self, identity: Identity) -> Role:
+    def role_now(self, identity: Identity) -> Role:
         """The stored role, not the one in a possibly stale Identity (an admin demoted meanwhile)."""
-        if identity.key in self._owners:
+        if identity.key in self.owners:
             return Role.OWNER
         if identity.key not in self._cache:
             # Rare (admin commands right after a write): one primary-key read, off no hot path.
             row = self.store.read(lambda con: con.execute(
                 f"SELECT {_ID_COLUMNS} FROM identities WHERE channel = ? AND external_id = ?",
                 [identity.channel, identity.external_id]).fetchone())
-            self._remember(self._effective(_row_identity(row)) if row else None, identity.key)
+            self.remember(self.effective(_row_identity(row)) if row else None, identity.key)
         cached = self._cache.get(identity.key)
         return cached.role if cached is not None else identity.role
 
-    def _remember(self, ident: Identity | None, key: str | None = None) -> None:
+    def remember(self, ident: Identity | None, key: str | None = None) -> None:
         """Cache a lookup result; callers hold no await between reading and calling this."""
         if ident is None and len(self._cache) >= _NEGATIVE_CACHE_MAX:
             self._cache = {k: v for k, v in self._cache.items() if v is not None}
         self._cache[key or ident.key] = ident
 
-    def _require_admin(self, by: Identity | None, action: str) -> None:
-        if by is not None and not self.is_admin(by):
-            raise AccessError(f"only the owner or an admin can {action} pairing codes")
-
-    async def _write(self, fn: Callable[[Conn], object]):
+    async def write(self, fn: Callable[[Conn], object]):
+        """Run `fn` in one store transaction and drop the identity cache (it may have changed)."""
         try:
             return await self.store.awrite(fn)
         finally:
@@ -523,30 +367,30 @@ class Access:
 
     async def _create(self, msg: Message) -> Identity:
         """Store a person let in without pairing (console, configured owner, allowlist, open)."""
-        key, now = f"{msg.channel}:{msg.sender_id}", self._now()
-        if key in self._owners:
+        key, now = f"{msg.channel}:{msg.sender_id}", self.now()
+        if key in self.owners:
             role = Role.OWNER
-        elif msg.channel == CONSOLE_CHANNEL and not self._owners:
+        elif msg.channel == CONSOLE_CHANNEL and not self.owners:
             role = Role.OWNER
         else:
             role = Role.USER
-        ident = await self._write(lambda con: self._select(con, msg.channel, msg.sender_id) or self._insert_identity(
+        ident = await self.write(lambda con: self.select(con, msg.channel, msg.sender_id) or self.insert_identity(
             con, msg.channel, msg.sender_id, msg.sender_name or msg.sender_id, role, now))
         log.info("new identity %s (%s)", ident.key, ident.role.value)
-        ident = self._effective(ident)
-        self._remember(ident)
+        ident = self.effective(ident)
+        self.remember(ident)
         return ident
 
     async def _rename(self, ident: Identity, name: str) -> Identity:
-        now = self._now()
-        await self._write(lambda con: con.execute(
+        now = self.now()
+        await self.write(lambda con: con.execute(
             "UPDATE identities SET display_name = ?, updated_at = ? WHERE channel = ? AND external_id = ?",
             [name, now, ident.channel, ident.external_id]))
         renamed = Identity(ident.channel, ident.external_id, ident.space_id, ident.role, name)
-        self._remember(renamed)
+        self.remember(renamed)
         return renamed
 
-    async def _resolve(self, who: str) -> Identity:
+    async def resolve(self, who: str) -> Identity:
         """'channel:id' or a display name (case-insensitive, leading @ ignored) -> one identity."""
         who = who.strip()
         channel, sep, external_id = who.partition(":")
@@ -562,28 +406,14 @@ class Access:
             raise AccessError(f"several users are called '{who}': use one of {', '.join(i.key for i in matches)}")
         return matches[0]
 
-    def _approval_role(self, con: Conn, key: str) -> Role:
-        """The first approval becomes owner when no owner is configured or approved yet.
-
-        The console's implicit owner does not count: the local terminal user still needs an owner
-        who can run admin commands from chat.
-        """
-        if key in self._owners:
-            return Role.OWNER
-        if self._owners:
-            return Role.USER
-        has_owner = con.execute("SELECT 1 FROM identities WHERE role = 'owner' AND channel <> ? LIMIT 1",
-                                [CONSOLE_CHANNEL]).fetchone()
-        return Role.USER if has_owner else Role.OWNER
-
     @staticmethod
-    def _select(con: Conn, channel: str, external_id: str) -> Identity | None:
+    def select(con: Conn, channel: str, external_id: str) -> Identity | None:
         row = con.execute(f"SELECT {_ID_COLUMNS} FROM identities WHERE channel = ? AND external_id = ?",
                           [channel, external_id]).fetchone()
         return _row_identity(row) if row else None
 
     @staticmethod
-    def _insert_identity(con: Conn, channel: str, external_id: str, name: str, role: Role, now: datetime) -> Identity:
+    def insert_identity(con: Conn, channel: str, external_id: str, name: str, role: Role, now: datetime) -> Identity:
         space = new_id("u")
         ensure_space(con, space, "user", name, now)
         ensure_space(con, PUBLIC_SPACE, "public", "public", now)
@@ -592,23 +422,7 @@ class Access:
         return Identity(channel, external_id, space, role, name)
 
     @staticmethod
-    def _request(con: Conn, code: str) -> tuple:
-        row = con.execute("SELECT code, channel, external_id, display_name, status, expires_at FROM pairing_requests "
-                          "WHERE code = ?", [code]).fetchone()
-        if row is None:
-            raise AccessError(f"no pairing request with code {code}: check the code (it is 8 characters)")
-        if row[4] != "pending":
-            raise AccessError(f"pairing code {code} was already {row[4]}")
-        return row
-
-    def _open_request(self, con: Conn, code: str, now: datetime) -> tuple:
-        row = self._request(con, code)
-        if row[5] <= now:
-            raise AccessError(f"pairing code {code} has expired: ask them to message the bot again for a new code")
-        return row
-
-    @staticmethod
-    def _unique_code(con: Conn, table: str) -> str:
+    def unique_code(con: Conn, table: str) -> str:
         while True:
             code = new_code()
             if con.execute(f"SELECT 1 FROM {table} WHERE code = ?", [code]).fetchone() is None:

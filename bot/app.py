@@ -21,6 +21,8 @@ from bot.agent import Agent, AgentSettings
 from bot.commands import Commands
 from bot.config import Settings
 from bot.gateway import Gateway, GatewaySettings
+from bot.linking import Linking
+from bot.pairing import Pairing
 from bot.sessions import SESSION_MIGRATIONS, Sessions
 from bot.task_wiring import TaskHost, wire_tasks
 from bot.tools import ToolBox
@@ -101,6 +103,8 @@ class App:
     store: Store
     engine: MemoryEngine
     access: Access
+    pairing: Pairing
+    linking: Linking
     sessions: Sessions
     gateway: Gateway
     commands: Commands
@@ -175,8 +179,10 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                           ingest_settings=ingest, clock=clock)
     tools = ToolBox(engine)
     access = Access(store, settings.access, clock=clock)
+    pairing, linking = Pairing(access), Linking(access)
+    access.doorbell = pairing       # strangers' DMs ring the pairing desk
     sessions = Sessions(store, idle=timedelta(hours=settings.agent.session_idle_hours), clock=clock)
-    commands = Commands(engine=engine, access=access, clock=clock, extra=extras)
+    commands = Commands(engine=engine, access=access, pairing=pairing, linking=linking, clock=clock, extra=extras)
     agent = None
     if llm is not None:
         a = settings.agent
@@ -194,7 +200,8 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
         # A channel that can lose its login (WeChat iLink) tells the owner on another channel.
         if getattr(ch, "on_session_expired", False) is None:
             ch.on_session_expired = gateway.notify_owner
-    app = App(settings=settings, store=store, engine=engine, access=access, sessions=sessions, gateway=gateway,
+    app = App(settings=settings, store=store, engine=engine, access=access, pairing=pairing, linking=linking,
+              sessions=sessions, gateway=gateway,
               commands=commands, llm=llm, memory_llm=memory_llm, clock=clock, extras=extras)
     extras["usage"] = recorder
     _wire_tasks_and_jobs(app, tools, embedder)

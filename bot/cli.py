@@ -344,13 +344,13 @@ def cmd_pairing(settings: Settings, args) -> int:
     app = _engine(settings)
     try:
         if args.action == "list":
-            for p in asyncio.run(app.access.pending()):
+            for p in asyncio.run(app.pairing.pending()):
                 print(f"{p.code}  {p.channel}:{p.external_id}  {p.display_name}")
         elif args.action == "approve":
-            ident = asyncio.run(app.access.approve(args.code.upper(), None))
+            ident = asyncio.run(app.pairing.approve(args.code.upper(), None))
             print(f"approved {ident.key} as {ident.role.value}")
         else:
-            asyncio.run(app.access.deny(args.code.upper(), None))
+            asyncio.run(app.pairing.deny(args.code.upper(), None))
             print("denied")
     finally:
         app.store.close()

@@ -16,6 +16,8 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from bot.access import Access, Allowed, Role
+from bot.linking import Linking
+from bot.pairing import Pairing
 from bot.errors import MemgateError
 from bot.message import Document, Message, Reply
 from bot.tools import ToolContext
@@ -71,6 +73,8 @@ HELP_HEADER = "I remember what you tell me and recall it when it matters. Comman
 class Commands:
     engine: MemoryEngine
     access: Access
+    pairing: Pairing
+    linking: Linking
     clock: Callable[[], datetime]
     extra: dict[str, Any] = field(default_factory=dict)   # optional: tasks, skills, scheduler, usage
     _table: dict[str, _Command] = field(default_factory=dict, init=False)
@@ -204,24 +208,24 @@ class Commands:
 
     async def _link(self, ctx: CommandContext) -> str:
         if ctx.args:
-            ident = await self.access.redeem_link(ctx.args.strip().upper(), ctx.allowed.identity)
+            ident = await self.linking.redeem_link(ctx.args.strip().upper(), ctx.allowed.identity)
             return f"Linked: this account now shares memory space {ident.space_id}."
-        code = await self.access.link_code(ctx.allowed.identity)
+        code = await self.linking.link_code(ctx.allowed.identity)
         return (f"Your link code: {code}\nSend “/link {code}” from your other account (any channel) within "
                 "10 minutes, and both will share one memory.")
 
     # --- admins ----------------------------------------------------------------------------
     async def _approve(self, ctx: CommandContext) -> str:
         if not ctx.args:
-            pending = await self.access.pending()
+            pending = await self.pairing.pending()
             if not pending:
                 return "No pending requests."
             return "Pending:\n" + "\n".join(f"{p.code} {p.display_name or p.external_id} ({p.channel})" for p in pending)
-        ident = await self.access.approve(ctx.args.strip().upper(), ctx.allowed.identity)
+        ident = await self.pairing.approve(ctx.args.strip().upper(), ctx.allowed.identity)
         return f"Approved {ident.display_name or ident.external_id} ({ident.key}) as {ident.role.value}."
 
     async def _deny(self, ctx: CommandContext) -> str:
-        await self.access.deny(ctx.args.strip().upper(), ctx.allowed.identity)
+        await self.pairing.deny(ctx.args.strip().upper(), ctx.allowed.identity)
         return "Denied."
 
     async def _users(self, ctx: CommandContext) -> str:

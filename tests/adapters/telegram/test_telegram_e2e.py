@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from adapters.telegram.adapter import TelegramAdapter
-from bot.access import CODE_ALPHABET, TOO_MANY_PENDING_TEXT
+from bot.access import CODE_ALPHABET
+from bot.pairing import TOO_MANY_PENDING_TEXT
 from bot.app import App, build_app
 from bot.config import load_settings
 from memory.text import MEMORY_CLOSE, MEMORY_OPEN
