@@ -347,7 +347,7 @@ def cmd_pairing(settings: Settings, args) -> int:
             for p in asyncio.run(app.pairing.pending()):
                 print(f"{p.code}  {p.channel}:{p.external_id}  {p.display_name}")
         elif args.action == "approve":
-            ident = asyncio.run(app.pairing.approve(args.code.upper(), None))
+            ident = asyncio.run(app.pairing.approve(args.code.upper(), None)).identity
             print(f"approved {ident.key} as {ident.role.value}")
         else:
             asyncio.run(app.pairing.deny(args.code.upper(), None))

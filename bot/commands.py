@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from bot.access import Access, Allowed, Role
 from bot.linking import Linking
-from bot.pairing import Pairing
+from bot.pairing import APPROVED_TEXT, Pairing
 from bot.errors import MemgateError
 from bot.message import Document, Message, Reply
 from bot.tools import ToolContext
@@ -35,6 +35,9 @@ class Conversations(Protocol):
 
     async def new_session(self, msg: Message, allowed: Allowed) -> None:
         """Start a new conversation session for the sender of `msg`."""
+
+    async def tell(self, channel: str, chat_id: str, recipient_id: str, text: str) -> None:
+        """Send `text` to a chat other than the one being answered (the outbound path of replies)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +224,10 @@ class Commands:
             if not pending:
                 return "No pending requests."
             return "Pending:\n" + "\n".join(f"{p.code} {p.display_name or p.external_id} ({p.channel})" for p in pending)
-        ident = await self.pairing.approve(ctx.args.strip().upper(), ctx.allowed.identity)
+        admitted = await self.pairing.approve(ctx.args.strip().upper(), ctx.allowed.identity)
+        ident = admitted.identity
+        if ctx.gateway is not None:
+            await ctx.gateway.tell(ident.channel, admitted.chat_id, ident.external_id, APPROVED_TEXT)
         return f"Approved {ident.display_name or ident.external_id} ({ident.key}) as {ident.role.value}."
 
     async def _deny(self, ctx: CommandContext) -> str:

@@ -85,7 +85,11 @@ class AccessConfig(_Section):
     allow: tuple[str, ...] = ()         # identities allowed under the allowlist policy
     groups: tuple[str, ...] = ()        # "telegram:-100123" groups allowed under the allowlist policy
     pairing_ttl_minutes: int = Field(60, ge=1, le=10_080)
-    max_pending: int = Field(3, ge=1, le=1000)
+    max_pending: int = Field(10, ge=1, le=1000)          # waiting requests kept; a new one expires the oldest
+    pairing_codes_per_hour: int = Field(3, ge=1, le=100)  # codes one stranger may get in an hour
+    link_code_minutes: int = Field(10, ge=1, le=1440)     # how long a /link code (and its claim) stays valid
+    link_attempts_per_hour: int = Field(5, ge=1, le=100)  # wrong link codes one account may try per hour
+    public_writers: Literal["admins", "everyone"] = "admins"  # who may write to the public space
 
 
 class TelegramConfig(_Section):

@@ -201,6 +201,10 @@ class Gateway:
             # The turn is already captured; the person's words are safe even if delivery failed.
             log.error("delivery on %s failed: %s", channel_name, exc)
 
+    async def tell(self, channel: str, chat_id: str, recipient_id: str, text: str) -> None:
+        """Send `text` to another chat than the one being answered (a person let in, a link to confirm)."""
+        await self._send_reply(channel, Reply(channel=channel, chat_id=chat_id, text=text, recipient_id=recipient_id))
+
     async def notify_owner(self, text: str) -> None:
         """Tell the owner something (e.g. WeChat needs a new login) on any channel that reaches them.
 

@@ -2,6 +2,10 @@
 
 Requests live in `pairing_requests` (created by migration 200 in bot/access.py). A stranger keeps
 the same code while it is valid; a denied stranger hears "declined" for the pairing TTL.
+
+Strangers cannot starve each other: the waiting list is bounded (`max_pending`) and a new
+request expires the oldest waiting one instead of being refused, while each stranger gets at
+most `pairing_codes_per_hour` codes, so no one can churn the list alone.
 """
 
 from __future__ import annotations
@@ -17,14 +21,18 @@ from memory.store.connection import Conn
 
 log = logging.getLogger(__name__)
 
+_CODE_WINDOW = timedelta(hours=1)   # the per-stranger code limit counts over this window
+
+# Only what works while the gateway runs: the owner's /approve in chat. (`memgate pairing approve`
+# cannot open the database the running gateway holds.)
 PAIRING_TEXT = (
     "Hi! I don't know you yet. Your pairing code is {code} (valid for {minutes} more minutes). "
-    "Send it to the owner of this bot: they approve it with /approve {code} "
-    "(or `memgate pairing approve {code}` on the server)."
+    "Send it to the owner of this bot: they let you in by sending /approve {code} to me in their own chat with me."
 )
-TOO_MANY_PENDING_TEXT = ("Sorry, too many access requests are already waiting for the owner. "
-                         "Please try again later.")
+CODES_PER_HOUR_TEXT = ("Sorry, you already asked for {n} pairing codes in the last hour. "
+                       "Please write again in {minutes} minutes.")
 DENIED_TEXT = "Sorry, your access request was declined."
+APPROVED_TEXT = "Good news: the owner let you in. Just write to me; I remember what you tell me. Send /help for commands."
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,14 @@ class PairingRequest:
         return f"{self.channel}:{self.external_id}"
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """An approved request: who is in now, and the chat to tell them in."""
+
+    identity: Identity
+    chat_id: str
+
+
 class Pairing:
     """Pairing codes for strangers' DMs, and the owner's approve / deny / pending list."""
 
@@ -51,26 +67,27 @@ class Pairing:
         self.access = access
         self.config = access.config
 
-    async def approve(self, code: str, by: Identity | None) -> Identity:
+    async def approve(self, code: str, by: Identity | None) -> Admission:
         """Let the stranger holding `code` in; `by` None means the server's command line."""
         self._require_admin(by, "approve")
         code, now = normalize_code(code), self.access.now()
 
-        def write(con: Conn) -> Identity:
+        def write(con: Conn) -> tuple[Identity, str]:
             req = self._open_request(con, code, now)
-            channel, external_id, name = req[1], req[2], req[3]
+            channel, external_id, name, chat_id = req[1], req[2], req[3], req[6]
             existing = self.access.select(con, channel, external_id)
             if existing is None:
                 role = self._approval_role(con, f"{channel}:{external_id}")
                 existing = self.access.insert_identity(con, channel, external_id, name, role, now)
             con.execute("UPDATE pairing_requests SET status = 'approved', decided_by = ?, decided_at = ? WHERE code = ?",
                         [by.key if by else "cli", now, code])
-            return existing
+            return existing, chat_id
 
-        ident = self.access.effective(await self.access.write(write))
+        ident, chat_id = await self.access.write(write)
+        ident = self.access.effective(ident)
         self.access.remember(ident)
         log.info("pairing approved: %s as %s by %s", ident.key, ident.role.value, by.key if by else "cli")
-        return ident
+        return Admission(ident, chat_id)
 
     async def deny(self, code: str, by: Identity | None) -> None:
         """Refuse the stranger holding `code`; they hear 'declined' for the pairing TTL."""
@@ -112,10 +129,18 @@ class Pairing:
                 [msg.channel, msg.sender_id, now - ttl]).fetchone()
             if denied:
                 return "denied", None, None
-            waiting = con.execute("SELECT count(*) FROM pairing_requests WHERE status = 'pending' AND expires_at > ?",
-                                  [now]).fetchone()[0]
-            if waiting >= self.config.max_pending:
-                return "full", None, None
+            recent = con.execute(
+                """SELECT count(*), min(created_at) FROM pairing_requests
+                   WHERE channel = ? AND external_id = ? AND created_at > ?""",
+                [msg.channel, msg.sender_id, now - _CODE_WINDOW]).fetchone()
+            if recent[0] >= self.config.pairing_codes_per_hour:
+                return "churn", None, recent[1] + _CODE_WINDOW
+            # Bounded list: the oldest waiting requests expire to make room, never the newcomer.
+            con.execute(
+                """UPDATE pairing_requests SET status = 'expired', decided_by = 'newer requests', decided_at = $now
+                   WHERE code IN (SELECT code FROM pairing_requests WHERE status = 'pending' AND expires_at > $now
+                                  ORDER BY created_at DESC, code DESC OFFSET $keep)""",
+                {"now": now, "keep": self.config.max_pending - 1})
             code = self.access.unique_code(con, "pairing_requests")
             con.execute(
                 """INSERT INTO pairing_requests (code, channel, external_id, display_name, chat_id, created_at, expires_at)
@@ -127,11 +152,11 @@ class Pairing:
         outcome, code, expires = await self.access.write(write)
         if outcome == "denied":
             return Refused(DENIED_TEXT)
-        if outcome == "full":
-            log.info("pairing refused for %s:%s: %s requests pending", msg.channel, msg.sender_id,
-                     self.config.max_pending)
-            return Refused(TOO_MANY_PENDING_TEXT)
         minutes = max(1, math.ceil((expires - now).total_seconds() / 60))
+        if outcome == "churn":
+            log.info("pairing refused for %s:%s: %s codes this hour", msg.channel, msg.sender_id,
+                     self.config.pairing_codes_per_hour)
+            return Refused(CODES_PER_HOUR_TEXT.format(n=self.config.pairing_codes_per_hour, minutes=minutes))
         return Refused(PAIRING_TEXT.format(code=code, minutes=minutes))
 
     # --- internals -------------------------------------------------------------------------
@@ -156,10 +181,13 @@ class Pairing:
 
     @staticmethod
     def _request(con: Conn, code: str) -> tuple:
-        row = con.execute("SELECT code, channel, external_id, display_name, status, expires_at FROM pairing_requests "
-                          "WHERE code = ?", [code]).fetchone()
+        row = con.execute("SELECT code, channel, external_id, display_name, status, expires_at, chat_id "
+                          "FROM pairing_requests WHERE code = ?", [code]).fetchone()
         if row is None:
             raise AccessError(f"no pairing request with code {code}: check the code (it is 8 characters)")
+        if row[4] == "expired":
+            raise AccessError(f"pairing code {code} expired to make room for newer requests: "
+                              "ask them to message the bot again for a new code")
         if row[4] != "pending":
             raise AccessError(f"pairing code {code} was already {row[4]}")
         return row

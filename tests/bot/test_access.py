@@ -46,11 +46,11 @@ def test_real_codes_use_the_alphabet():
 
 # --- DM policies --------------------------------------------------------------------------------
 async def test_allowlist_policy(astore, clock):
-    access = make(astore, clock, dm_policy="allowlist", allow=("telegram:5",), owners=("telegram:1",))
-    assert isinstance(await access.access.check(dm("5")), Allowed)
-    assert isinstance(await access.access.check(dm("1")), Allowed)
-    assert await access.access.check(dm("6")) == Refused(ALLOWLIST_TEXT)
-    assert await access.pairing.pending() == [] and await access.access.identity("telegram", "6") is None
+    doors = make(astore, clock, dm_policy="allowlist", allow=("telegram:5",), owners=("telegram:1",))
+    assert isinstance(await doors.access.check(dm("5")), Allowed)
+    assert isinstance(await doors.access.check(dm("1")), Allowed)
+    assert await doors.access.check(dm("6")) == Refused(ALLOWLIST_TEXT)
+    assert await doors.pairing.pending() == [] and await doors.access.identity("telegram", "6") is None
 
 
 async def test_allowlist_lets_admins_in_but_not_plain_users(astore, clock):
@@ -59,32 +59,32 @@ async def test_allowlist_lets_admins_in_but_not_plain_users(astore, clock):
     await opened.access.check(dm("2"))
     await opened.access.check(dm("3"))
     await opened.access.set_role("telegram:2", Role.ADMIN, by=owner)
-    access = make(astore, clock, dm_policy="allowlist", owners=("telegram:1",))
-    assert isinstance(await access.access.check(dm("2")), Allowed)
-    assert await access.access.check(dm("3")) == Refused(ALLOWLIST_TEXT)
+    doors = make(astore, clock, dm_policy="allowlist", owners=("telegram:1",))
+    assert isinstance(await doors.access.check(dm("2")), Allowed)
+    assert await doors.access.check(dm("3")) == Refused(ALLOWLIST_TEXT)
 
 
 async def test_open_policy_gives_everyone_a_private_space(astore, clock):
-    access = make(astore, clock, dm_policy="open")
-    a, b = await access.access.check(dm("1")), await access.access.check(dm("1", channel="wechat"))
+    doors = make(astore, clock, dm_policy="open")
+    a, b = await doors.access.check(dm("1")), await doors.access.check(dm("1", channel="wechat"))
     assert isinstance(a, Allowed) and isinstance(b, Allowed)
     assert a.identity.role is Role.USER and a.write_space != b.write_space
-    assert (await access.access.check(dm("1"))).write_space == a.write_space
+    assert (await doors.access.check(dm("1"))).write_space == a.write_space
 
 
 async def test_disabled_policy_refuses_all_but_owners(astore, clock):
     # A user let in under an earlier open policy is refused too once DMs are off.
     user = (await make(astore, clock, dm_policy="open").access.check(dm("3"))).identity
-    access = make(astore, clock, dm_policy="disabled", owners=("telegram:1",))
-    assert await access.access.check(dm("2")) == Refused(DM_DISABLED_TEXT)
-    assert await access.access.check(dm("3")) == Refused(DM_DISABLED_TEXT)
-    assert isinstance(await access.access.check(dm("1")), Allowed)
-    assert await access.pairing.pending() == [] and user.key == "telegram:3"
+    doors = make(astore, clock, dm_policy="disabled", owners=("telegram:1",))
+    assert await doors.access.check(dm("2")) == Refused(DM_DISABLED_TEXT)
+    assert await doors.access.check(dm("3")) == Refused(DM_DISABLED_TEXT)
+    assert isinstance(await doors.access.check(dm("1")), Allowed)
+    assert await doors.pairing.pending() == [] and user.key == "telegram:3"
 
 
 async def test_console_is_always_allowed_and_owner_without_configured_owner(astore, clock):
-    access = make(astore, clock, dm_policy="disabled")
-    me = await access.access.check(dm("alice", channel="console"))
+    doors = make(astore, clock, dm_policy="disabled")
+    me = await doors.access.check(dm("alice", channel="console"))
     assert isinstance(me, Allowed) and me.identity.role is Role.OWNER
     # The console's implicit owner does not stop the first chat approval from becoming owner.
     pairing = make(astore, clock)
@@ -96,24 +96,24 @@ async def test_console_is_always_allowed_and_owner_without_configured_owner(asto
 
 # --- groups -------------------------------------------------------------------------------------
 async def test_group_not_addressed_is_silent(astore, clock):
-    access = make(astore, clock, groups=("telegram:-100",))
-    assert await access.access.check(group("-100", "5", mention=False)) == Refused(None)
-    ok = await access.access.check(group("-100", "5", mention=False, text="/help"))   # a command addresses the bot
+    doors = make(astore, clock, groups=("telegram:-100",))
+    assert await doors.access.check(group("-100", "5", mention=False)) == Refused(None)
+    ok = await doors.access.check(group("-100", "5", mention=False, text="/help"))   # a command addresses the bot
     assert isinstance(ok, Allowed)
 
 
 async def test_group_allowlist(astore, clock):
-    access = make(astore, clock, groups=("telegram:-100",))
-    ok = await access.access.check(group("-100", "5"))
+    doors = make(astore, clock, groups=("telegram:-100",))
+    ok = await doors.access.check(group("-100", "5"))
     assert isinstance(ok, Allowed)
     gid = group_space_id("telegram", "-100")
     assert ok.space_ids == (gid, "public") and ok.write_space == gid
     assert astore.read(lambda c: c.execute("SELECT kind FROM spaces WHERE id = ?", [gid]).fetchone()) == ("group",)
     # The unknown member spoke in the group only: a DM still needs pairing.
-    assert await access.access.identity("telegram", "5") is None
-    assert code_of(await access.access.check(dm("5")))
-    assert await access.access.check(group("-200", "5")) == Refused(GROUP_NOT_ALLOWED_TEXT)
-    assert await access.access.check(group("-200", "5", mention=False)) == Refused(None)
+    assert await doors.access.identity("telegram", "5") is None
+    assert code_of(await doors.access.check(dm("5")))
+    assert await doors.access.check(group("-200", "5")) == Refused(GROUP_NOT_ALLOWED_TEXT)
+    assert await doors.access.check(group("-200", "5", mention=False)) == Refused(None)
 
 
 async def test_group_open_disabled_and_no_mention(astore, clock):
@@ -125,21 +125,21 @@ async def test_group_open_disabled_and_no_mention(astore, clock):
 
 
 async def test_known_member_in_group_gets_group_space_not_private(astore, clock):
-    access = make(astore, clock, dm_policy="open", groups=("telegram:-1",))
-    mine = (await access.access.check(dm("5"))).write_space
-    ok = await access.access.check(group("-1", "5"))
+    doors = make(astore, clock, dm_policy="open", groups=("telegram:-1",))
+    mine = (await doors.access.check(dm("5"))).write_space
+    ok = await doors.access.check(group("-1", "5"))
     assert isinstance(ok, Allowed) and mine not in ok.space_ids and ok.identity.key == "telegram:5"
 
 
 async def test_blocked_user_is_silently_refused(astore, clock):
-    access = make(astore, clock, dm_policy="open", owners=("telegram:1",), groups=("telegram:-1",))
-    owner = (await access.access.check(dm("1"))).identity
-    await access.access.check(dm("2", name="Mallory"))
-    blocked = await access.access.set_role("Mallory", Role.BLOCKED, by=owner)
+    doors = make(astore, clock, dm_policy="open", owners=("telegram:1",), groups=("telegram:-1",))
+    owner = (await doors.access.check(dm("1"))).identity
+    await doors.access.check(dm("2", name="Mallory"))
+    blocked = await doors.access.set_role("Mallory", Role.BLOCKED, by=owner)
     assert blocked.role is Role.BLOCKED
-    assert await access.access.check(dm("2")) == Refused(None)
-    assert await access.access.check(group("-1", "2")) == Refused(None)
-    assert isinstance(await access.access.check(group("-1", "3")), Allowed)
+    assert await doors.access.check(dm("2")) == Refused(None)
+    assert await doors.access.check(group("-1", "2")) == Refused(None)
+    assert isinstance(await doors.access.check(group("-1", "3")), Allowed)
 
 
 def test_group_space_ids_are_readable_and_distinct():
@@ -151,42 +151,42 @@ def test_group_space_ids_are_readable_and_distinct():
 
 # --- roles --------------------------------------------------------------------------------------
 async def test_set_role_permissions(astore, clock):
-    access = make(astore, clock, dm_policy="open", owners=("telegram:1",))
-    owner = (await access.access.check(dm("1", name="Olive"))).identity
-    adam = (await access.access.check(dm("2", name="Adam"))).identity
-    ursula = (await access.access.check(dm("3", name="Ursula"))).identity
-    await access.access.check(dm("4", name="Vic"))
+    doors = make(astore, clock, dm_policy="open", owners=("telegram:1",))
+    owner = (await doors.access.check(dm("1", name="Olive"))).identity
+    adam = (await doors.access.check(dm("2", name="Adam"))).identity
+    ursula = (await doors.access.check(dm("3", name="Ursula"))).identity
+    await doors.access.check(dm("4", name="Vic"))
 
     with pytest.raises(AccessError):
-        await access.access.set_role("Vic", Role.BLOCKED, by=ursula)            # users cannot
-    adam = await access.access.set_role("@adam", Role.ADMIN, by=owner)         # owner makes admins
-    assert access.access.is_admin(adam) and adam.role is Role.ADMIN
+        await doors.access.set_role("Vic", Role.BLOCKED, by=ursula)            # users cannot
+    adam = await doors.access.set_role("@adam", Role.ADMIN, by=owner)         # owner makes admins
+    assert doors.access.is_admin(adam) and adam.role is Role.ADMIN
     with pytest.raises(AccessError, match="only the owner"):
-        await access.access.set_role("Ursula", Role.ADMIN, by=adam)            # admins cannot
+        await doors.access.set_role("Ursula", Role.ADMIN, by=adam)            # admins cannot
     with pytest.raises(AccessError, match="owner"):
-        await access.access.set_role("Olive", Role.BLOCKED, by=adam)           # nobody demotes the owner
+        await doors.access.set_role("Olive", Role.BLOCKED, by=adam)           # nobody demotes the owner
     with pytest.raises(AccessError, match="owner"):
-        await access.access.set_role("telegram:1", Role.USER, by=owner)
-    assert (await access.access.set_role("telegram:4", Role.BLOCKED, by=adam)).role is Role.BLOCKED
-    await access.access.set_role("Ursula", Role.ADMIN, by=owner)
+        await doors.access.set_role("telegram:1", Role.USER, by=owner)
+    assert (await doors.access.set_role("telegram:4", Role.BLOCKED, by=adam)).role is Role.BLOCKED
+    await doors.access.set_role("Ursula", Role.ADMIN, by=owner)
     with pytest.raises(AccessError):
-        await access.access.set_role("Ursula", Role.USER, by=adam)             # admins do not demote admins
-    demoted = await access.access.set_role("Adam", Role.USER, by=owner)
-    assert not access.access.is_admin(demoted) and not access.access.is_admin(adam)   # stale identity: latest role wins
+        await doors.access.set_role("Ursula", Role.USER, by=adam)             # admins do not demote admins
+    demoted = await doors.access.set_role("Adam", Role.USER, by=owner)
+    assert not doors.access.is_admin(demoted) and not doors.access.is_admin(adam)   # stale identity: latest role wins
     with pytest.raises(AccessError, match="no user"):
-        await access.access.set_role("Nobody", Role.USER, by=owner)
-    roles = {i.key: i.role for i in await access.access.users()}
+        await doors.access.set_role("Nobody", Role.USER, by=owner)
+    roles = {i.key: i.role for i in await doors.access.users()}
     assert roles == {"telegram:1": Role.OWNER, "telegram:2": Role.USER, "telegram:3": Role.ADMIN,
                      "telegram:4": Role.BLOCKED}
 
 
 async def test_ambiguous_names_and_role_parsing(astore, clock):
-    access = make(astore, clock, dm_policy="open", owners=("telegram:1",))
-    owner = (await access.access.check(dm("1"))).identity
-    await access.access.check(dm("2", name="Sam"))
-    await access.access.check(dm("3", name="sam"))
+    doors = make(astore, clock, dm_policy="open", owners=("telegram:1",))
+    owner = (await doors.access.check(dm("1"))).identity
+    await doors.access.check(dm("2", name="Sam"))
+    await doors.access.check(dm("3", name="sam"))
     with pytest.raises(AccessError, match="telegram:2"):
-        await access.access.set_role("Sam", Role.BLOCKED, by=owner)
+        await doors.access.set_role("Sam", Role.BLOCKED, by=owner)
     assert parse_role(" Admin ") is Role.ADMIN
     with pytest.raises(AccessError, match="owner, admin, user, blocked"):
         parse_role("boss")
@@ -194,8 +194,8 @@ async def test_ambiguous_names_and_role_parsing(astore, clock):
 
 
 async def test_known_identity_lookup_is_cached_and_survives_restart(astore, clock, monkeypatch):
-    access = make(astore, clock, dm_policy="open")
-    first = await access.access.check(dm("1", name="A"))
+    doors = make(astore, clock, dm_policy="open")
+    first = await doors.access.check(dm("1", name="A"))
     reads = []
     real = astore.aread
 
@@ -205,7 +205,7 @@ async def test_known_identity_lookup_is_cached_and_survives_restart(astore, cloc
 
     monkeypatch.setattr(astore, "aread", counting)
     for _ in range(5):
-        assert await access.access.check(dm("1", name="A")) == first
+        assert await doors.access.check(dm("1", name="A")) == first
     assert reads == []
     restarted = make(astore, clock, dm_policy="pairing")
     assert await restarted.access.check(dm("1", name="A")) == first and len(reads) == 1
@@ -232,22 +232,22 @@ def test_no_one_reaches_another_persons_private_space(people, group_msgs):
 async def _isolation(store: Store, people, group_msgs) -> None:
     clock = FakeClock()
     allow = tuple(f"{ch}:{pid}" for ch, pid, by_allow in people if by_allow)
-    access = make(store, clock, allow=allow, max_pending=10, group_policy="open")
+    doors = make(store, clock, allow=allow, max_pending=10, group_policy="open")
     private: dict[str, str] = {}
     for ch, pid, by_allow in people:
         msg = dm(pid, channel=ch)
         if not by_allow:
-            await let_in(access, msg)
-        ok = await access.access.check(msg)
+            await let_in(doors, msg)
+        ok = await doors.access.check(msg)
         assert isinstance(ok, Allowed)
         private[ok.identity.key] = ok.write_space
     assert len(set(private.values())) == len(private)                   # one private space each
     for ch, pid, _ in people:
-        ok = await access.access.check(dm(pid, channel=ch))
+        ok = await doors.access.check(dm(pid, channel=ch))
         others = {s for k, s in private.items() if k != f"{ch}:{pid}"}
         assert not set(ok.space_ids) & others and ok.write_space == private[f"{ch}:{pid}"]
     for g, who in group_msgs:
         ch, pid, _ = people[who % len(people)]
-        ok = await access.access.check(group(str(-g - 1), pid, channel=ch))
+        ok = await doors.access.check(group(str(-g - 1), pid, channel=ch))
         assert isinstance(ok, Allowed)
         assert not set(ok.space_ids) & set(private.values())            # groups never see private spaces

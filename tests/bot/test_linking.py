@@ -19,9 +19,9 @@ def astore(tmp_path):
 
 
 async def test_link_shares_one_space_and_moves_memories(astore, clock):
-    access = make(astore, clock, dm_policy="open")
-    tg = (await access.access.check(dm("1", name="Ann"))).identity
-    wx = (await access.access.check(dm("wx1", channel="wechat", name="Ann"))).identity
+    doors = make(astore, clock, dm_policy="open")
+    tg = (await doors.access.check(dm("1", name="Ann"))).identity
+    wx = (await doors.access.check(dm("wx1", channel="wechat", name="Ann"))).identity
     old = wx.space_id
     now = clock.now()
     rows = [NewMemory(space_id=old, kind="fact", text=f"fact {i}", title=f"fact {i}", created_at=now) for i in range(3)]
@@ -33,13 +33,13 @@ async def test_link_shares_one_space_and_moves_memories(astore, clock):
                     "VALUES ('q_1', ?, 'turn1', '{}', ?, ?)", [old, now, now])
     astore.write(seed)
 
-    code = await access.linking.link_code(tg)
+    code = await doors.linking.link_code(tg)
     with pytest.raises(AccessError, match="yours"):
-        await access.linking.redeem_link(code, tg)
-    joined = await access.linking.redeem_link(code, wx)
+        await doors.linking.redeem_link(code, tg)
+    joined = await doors.linking.redeem_link(code, wx)
     assert joined.space_id == tg.space_id and joined.key == wx.key
 
-    ok = await access.access.check(dm("wx1", channel="wechat", name="Ann"))
+    ok = await doors.access.check(dm("wx1", channel="wechat", name="Ann"))
     assert ok.space_ids == (tg.space_id, "public") and ok.write_space == tg.space_id
     counts = astore.read(lambda c: c.execute(
         "SELECT (SELECT count(*) FROM memories WHERE space_id = $o) + (SELECT count(*) FROM tasks WHERE space_id = $o)"
@@ -48,24 +48,24 @@ async def test_link_shares_one_space_and_moves_memories(astore, clock):
         {"o": old, "n": tg.space_id}).fetchone())
     assert counts == (0, 3, 1)
     with pytest.raises(AccessError):
-        await access.linking.redeem_link(code, wx)                               # one-time
+        await doors.linking.redeem_link(code, wx)                               # one-time
 
 
 async def test_link_code_expires_and_needs_a_known_identity(astore, clock):
-    access = make(astore, clock, dm_policy="open", group_policy="open")
-    a = (await access.access.check(dm("1"))).identity
-    b = (await access.access.check(dm("2"))).identity
-    code = await access.linking.link_code(a)
+    doors = make(astore, clock, dm_policy="open", group_policy="open")
+    a = (await doors.access.check(dm("1"))).identity
+    b = (await doors.access.check(dm("2"))).identity
+    code = await doors.linking.link_code(a)
     clock.advance(minutes=11)
     with pytest.raises(AccessError, match="expired"):
-        await access.linking.redeem_link(code, b)
-    stranger = (await access.access.check(group("-5", "77"))).identity           # unknown group member
+        await doors.linking.redeem_link(code, b)
+    stranger = (await doors.access.check(group("-5", "77"))).identity           # unknown group member
     with pytest.raises(AccessError):
-        await access.linking.link_code(stranger)
-    fresh = await access.linking.link_code(a)
+        await doors.linking.link_code(stranger)
+    fresh = await doors.linking.link_code(a)
     with pytest.raises(AccessError):
-        await access.linking.redeem_link(fresh, stranger)
-    newer = await access.linking.link_code(a)
+        await doors.linking.redeem_link(fresh, stranger)
+    newer = await doors.linking.link_code(a)
     with pytest.raises(AccessError):
-        await access.linking.redeem_link(fresh, b)                                # replaced by the newer code
-    assert (await access.linking.redeem_link(newer, b)).space_id == a.space_id
+        await doors.linking.redeem_link(fresh, b)                                # replaced by the newer code
+    assert (await doors.linking.redeem_link(newer, b)).space_id == a.space_id

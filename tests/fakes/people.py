@@ -51,4 +51,4 @@ def code_of(refused: Allowed | Refused) -> str:
 
 async def let_in(doors: Doors, msg: Message, by: Identity | None = None) -> Identity:
     code = code_of(await doors.access.check(msg))
-    return await doors.pairing.approve(code, by)
+    return (await doors.pairing.approve(code, by)).identity

@@ -15,7 +15,7 @@ import pytest
 
 from adapters.telegram.adapter import TelegramAdapter
 from bot.access import CODE_ALPHABET
-from bot.pairing import TOO_MANY_PENDING_TEXT
+from bot.pairing import APPROVED_TEXT
 from bot.app import App, build_app
 from bot.config import load_settings
 from memory.text import MEMORY_CLOSE, MEMORY_OPEN
@@ -155,8 +155,8 @@ async def test_pairing_owner_approves_in_chat_then_the_agent_answers(running):
         assert bot.turn_requests("what can you do?")
 
 
-async def test_pairing_expired_code_and_fourth_pending_request_are_refused(running, clock):
-    async with running() as bot:
+async def test_pairing_expired_code_is_refused_and_a_newcomer_is_never_locked_out(running, clock):
+    async with running(MEMGATE_ACCESS_MAX_PENDING="3") as bot:
         late = PAIRING_CODE.search(await bot.ask(2, "hi")).group(1)
         clock.advance(minutes=61)
         refused = await bot.ask(OWNER, f"/approve {late}")
@@ -167,15 +167,19 @@ async def test_pairing_expired_code_and_fourth_pending_request_are_refused(runni
         assert fresh != late
         assert not bot.turn_requests("hi again")
 
-        # Three waiting requests (2's fresh one, 3 and 4); the fourth stranger is turned away.
+        # Three waiting requests (2's fresh one, 3 and 4): a fourth stranger still gets a code, and
+        # the oldest waiting request (2's) makes room.
         for user in (3, 4):
+            clock.advance(seconds=1)
             assert PAIRING_CODE.search(await bot.ask(user, "let me in"))
-        assert await bot.ask(5, "let me in") == TOO_MANY_PENDING_TEXT
-        assert "Approved" in await bot.ask(OWNER, f"/approve {fresh}")
-        # A slot is free again.
-        assert PAIRING_CODE.search(await bot.ask(5, "let me in please"))
+        clock.advance(seconds=1)
+        newcomer = PAIRING_CODE.search(await bot.ask(5, "let me in")).group(1)
+        assert "expired" in await bot.ask(OWNER, f"/approve {fresh}")
+        assert "Approved User5" in await bot.ask(OWNER, f"/approve {newcomer}")
+        # The newcomer is told, in their own chat, that they were let in.
+        assert any(s["chat_id"] == 5 and s["visible_text"] == APPROVED_TEXT for s in bot.tg.sent)
         pending = await bot.ask(OWNER, "/approve")
-        assert pending.count("(telegram)") == 3
+        assert pending.count("(telegram)") == 2
 
 
 # -- groups ---------------------------------------------------------------------------------
