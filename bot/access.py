@@ -113,11 +113,16 @@ class Identity:
 
 @dataclass(frozen=True, slots=True)
 class Allowed:
-    """The message may go on: who sent it, the spaces recall may read and the one it writes to."""
+    """The message may go on: who sent it, the spaces recall may read and the one it writes to.
+
+    `may_write_public`: whether this speaker may add to the public space (admins, or everyone
+    under `public_writers = "everyone"`): what lands there reaches every user's prompt.
+    """
 
     identity: Identity
     space_ids: tuple[str, ...]
     write_space: str
+    may_write_public: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +227,7 @@ class Access:
                 return refusal
         if msg.sender_name and msg.sender_name != ident.display_name:
             ident = await self._rename(ident, msg.sender_name)
-        return Allowed(ident, (ident.space_id, PUBLIC_SPACE), ident.space_id)
+        return Allowed(ident, (ident.space_id, PUBLIC_SPACE), ident.space_id, self.may_write_public(ident))
 
     def _known_refusal(self, ident: Identity) -> Refused | None:
         """A known, unblocked person under the current DM policy: None when they may talk."""
@@ -275,7 +280,7 @@ class Access:
             # An unknown member speaks in the group space only; they are not stored, so a group
             # never becomes a way around DM pairing.
             ident = Identity(msg.channel, msg.sender_id, space, Role.USER, msg.sender_name or msg.sender_id)
-        return Allowed(ident, (space, PUBLIC_SPACE), space)
+        return Allowed(ident, (space, PUBLIC_SPACE), space, self.may_write_public(ident))
 
     # --- identities ------------------------------------------------------------------------
     async def identity(self, channel: str, external_id: str) -> Identity | None:
@@ -297,6 +302,12 @@ class Access:
         rows = await self.store.aread(lambda con: con.execute(
             f"SELECT {_ID_COLUMNS} FROM identities ORDER BY created_at, channel, external_id").fetchall())
         return [self.effective(_row_identity(r)) for r in rows]
+
+    def may_write_public(self, identity: Identity) -> bool:
+        """Whether `identity` may write to the public space (config `access.public_writers`)."""
+        if identity.role is Role.BLOCKED:
+            return False
+        return self.config.public_writers == "everyone" or self.is_admin(identity)
 
     def is_admin(self, identity: Identity) -> bool:
         """Owner or admin, by the latest role known here."""

@@ -81,7 +81,7 @@ class Agent:
         if len(query) < 40 and last_user:
             # "and her?" means nothing alone: a short message is searched with the previous one.
             query = f"{last_user}\n{query}"
-        block, hits = await self.engine.recall_block(query, req.ctx.space_ids)
+        block, hits = await self.engine.recall_block(query, req.ctx.space_ids, shared_spaces=(req.ctx.public_space,))
         block = await self._with_skills(block, query, req.ctx.space_ids)
         t_recall = time.perf_counter()
         now = self.clock()

@@ -6,6 +6,7 @@
     memgate reembed                   re-embed every memory with the configured embedding model
     memgate doctor                    check extensions, model, database and LLM; say what to fix
     memgate pairing list|approve CODE|deny CODE
+    memgate public list|add TEXT|edit ID TEXT|forget ID   the shared notes every user's recall reads
     memgate jobs                      background jobs: last run, duration, error
     memgate wechat login              log the WeChat (iLink) bot in with a QR code
 """
@@ -357,6 +358,42 @@ def cmd_pairing(settings: Settings, args) -> int:
     return 0
 
 
+def cmd_public(settings: Settings, args) -> int:
+    """The public space, for the server's admin (the running gateway holds the database: stop it first)."""
+    app = _engine(settings)
+    public = app.access.PUBLIC_SPACE
+    words = " ".join(args.words).strip()
+    try:
+        if args.action == "list":
+            rows = asyncio.run(app.engine.list([public], kinds=("fact", "chunk"), limit=args.limit))
+            for r in rows:
+                print(f"[{r.id}] ({r.kind}, {r.created_at:%Y-%m-%d}) {r.text[:200]}")
+            if not rows:
+                print("no public memories")
+        elif args.action == "add":
+            if not words:
+                raise MemgateError("memgate public add needs the TEXT to share")
+            rec = asyncio.run(app.engine.remember(words, public, source="public"))
+            print(f"shared [{rec.id}]")
+        else:
+            if not args.id:
+                raise MemgateError(f"memgate public {args.action} needs a memory ID (see memgate public list)")
+            if args.action == "edit":
+                if not words:
+                    raise MemgateError("memgate public edit needs the ID and the new TEXT")
+                rec = asyncio.run(app.engine.edit(args.id, words, [public]))
+                if rec is None:
+                    raise MemgateError(f"[{args.id}] is not a public memory (see memgate public list)")
+                print(f"edited [{args.id}] -> [{rec.id}]")
+            else:
+                if not asyncio.run(app.engine.forget([args.id], [public])).forgotten:
+                    raise MemgateError(f"[{args.id}] is not a public memory (see memgate public list)")
+                print(f"forgot [{args.id}]")
+    finally:
+        app.store.close()
+    return 0
+
+
 def cmd_jobs(settings: Settings, args) -> int:
     from bot.app import open_store
     from bot.scheduler import format_jobs, load_job_statuses
@@ -453,6 +490,12 @@ def parser() -> argparse.ArgumentParser:
     pa.add_argument("action", choices=["list", "approve", "deny"])
     pa.add_argument("code", nargs="?")
     pa.set_defaults(func=cmd_pairing)
+    pu = sub.add_parser("public", help="list, add, edit or forget the public (shared) memories")
+    pu.add_argument("action", choices=["list", "add", "edit", "forget"])
+    pu.add_argument("id", nargs="?", help="the memory id (edit, forget); for add, the first word of the text")
+    pu.add_argument("words", nargs="*", help="the text (add, edit)")
+    pu.add_argument("--limit", type=int, default=50)
+    pu.set_defaults(func=cmd_public)
     sub.add_parser("jobs", help="background jobs").set_defaults(func=cmd_jobs)
     k = sub.add_parser("keys", help="API keys (hashed; a key is printed once, at creation)")
     ksub = k.add_subparsers(dest="action", required=True)
@@ -478,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "memory" and args.action == "list" and args.kind is None:
         args.kind = ["fact"]
+    if args.command == "public" and args.action == "add" and args.id:
+        args.words, args.id = [args.id, *args.words], None   # `add` takes text only
     if args.command == "pairing" and args.action != "list" and not args.code:
         print("memgate pairing approve|deny needs a CODE", file=sys.stderr)
         return 2

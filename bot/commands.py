@@ -1,8 +1,9 @@
 """Chat commands, answered without the LLM, the same on every channel.
 
 Everyone: /help /whoami /new /memory [query] /remember TEXT /forget ID|query /pin ID /unpin ID
-/export /link [CODE]. Admins: /approve CODE /deny CODE /users /role USER ROLE /block USER
-/stats /jobs /reindex. Tasks and skills: /tasks /skills /skill NAME.
+/export /link [CODE|yes|no]. Admins: /approve CODE /deny CODE /users /role USER ROLE /block USER
+/public [add TEXT|edit ID TEXT|forget ID] /stats /jobs /reindex. Tasks and skills: /tasks /skills
+/skill NAME.
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ class Commands:
         t["link"] = _Command(self._link, "/link [CODE]: share one memory across your accounts")
         t["approve"] = _Command(self._approve, "/approve CODE: let a person in", admin=True)
         t["deny"] = _Command(self._deny, "/deny CODE", admin=True)
+        t["public"] = _Command(self._public, "/public [add TEXT | edit ID TEXT | forget ID]: the shared notes "
+                               "everyone's recall reads", admin=True)
         t["users"] = _Command(self._users, "/users: people and roles", admin=True)
         t["role"] = _Command(self._role, "/role USER ROLE: owner/admin/user/blocked", admin=True)
         t["block"] = _Command(self._block, "/block USER", admin=True)
@@ -233,6 +236,36 @@ class Commands:
     async def _deny(self, ctx: CommandContext) -> str:
         await self.pairing.deny(ctx.args.strip().upper(), ctx.allowed.identity)
         return "Denied."
+
+    async def _public(self, ctx: CommandContext) -> str:
+        public = self.access.PUBLIC_SPACE
+        verb, _, rest = ctx.args.partition(" ")
+        verb, rest = verb.lower(), rest.strip()
+        if not verb:
+            rows = await self.engine.list([public], kinds=("fact", "chunk"), limit=50)
+            if not rows:
+                return "No public memories yet."
+            now = self.clock()
+            return "Public memories (every user's recall reads these):\n" + "\n".join(
+                f"[{r.id}] {trim(r.text, 200)} ({humanize_age(r.created_at, now)})" for r in rows)
+        if verb == "add" and rest:
+            rec = await self.engine.remember(rest, public, source="public")
+            audit.info("public memory %s added by %s", rec.id, ctx.allowed.identity.key)
+            return f"Shared [{rec.id}] with everyone."
+        memory_id, _, text = rest.partition(" ")
+        if verb == "edit" and memory_id and text.strip():
+            rec = await self.engine.edit(memory_id, text, [public])
+            if rec is None:
+                return f"[{memory_id}] is not a public memory (see /public)."
+            audit.info("public memory %s edited into %s by %s", memory_id, rec.id, ctx.allowed.identity.key)
+            return f"Edited: [{memory_id}] is now [{rec.id}] {trim(rec.text, 200)}"
+        if verb == "forget" and memory_id:
+            res = await self.engine.forget([memory_id], [public])
+            if not res.forgotten:
+                return f"[{memory_id}] is not a public memory (see /public)."
+            audit.info("public memory %s forgotten by %s", memory_id, ctx.allowed.identity.key)
+            return f"Forgot public memory [{memory_id}]."
+        return "Usage: /public, /public add TEXT, /public edit ID TEXT, /public forget ID"
 
     async def _users(self, ctx: CommandContext) -> str:
         users = await self.access.users()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.scheduler import JobSpec
 from bot.task_views import format_skill, format_skills, format_task, format_tasks
-from bot.tools import ToolBox, ToolContext, function_schema
+from bot.tools import PUBLIC_WRITE_REFUSED, ToolBox, ToolContext, function_schema
 from memory.embed import Embedder
 from memory.tasks.skills import SkillEvolver
 from memory.tasks.processor import TaskProcessor
@@ -85,6 +85,8 @@ def wire_tasks(host: TaskHost) -> TaskWiring:
         return {"name": s.name, "version": s.version, "content": s.content} if s else {"error": "no such skill"}
 
     async def skill_publish(args: dict, ctx: ToolContext) -> Any:
+        if not ctx.may_write_public:           # a published skill reaches every user's prompt
+            return {"error": PUBLIC_WRITE_REFUSED}
         s = await skills.publish(str(args["name"]), ctx.write_space, ctx.public_space)
         return {"published": s.name, "space": "public"}
 

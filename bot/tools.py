@@ -19,11 +19,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
-    """Who is asking: the spaces they may read and the one they write to."""
+    """Who is asking: the spaces they may read, the one they write to, and whether they may
+    write to the public space (which every user's recall reads)."""
 
     space_ids: tuple[str, ...]
     write_space: str
     public_space: str = "public"
+    may_write_public: bool = False
 
 
 def function_schema(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -51,6 +53,10 @@ MEMORY_TOOL_SCHEMAS: tuple[dict[str, Any], ...] = (
 )
 
 Handler = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
+
+# Said to the model, which then tells the person; the memory itself stays unwritten.
+PUBLIC_WRITE_REFUSED = ("only the bot's admins can write to the public space; offer to remember it "
+                        "for this user instead (memory_store)")
 
 
 def _hit(h: MemoryHit) -> dict[str, Any]:
@@ -138,6 +144,8 @@ class ToolBox:
         return {"forgotten": list(res.forgotten)} if res.forgotten else {"error": "no such memory of yours"}
 
     async def _write_public(self, args: dict, ctx: ToolContext) -> Any:
+        if not ctx.may_write_public:
+            return {"error": PUBLIC_WRITE_REFUSED}
         text = str(args["text"]).strip()
         if not text:
             raise ValueError("text is empty")

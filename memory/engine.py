@@ -60,12 +60,14 @@ class MemoryEngine:
                      kinds: Sequence[str] | None = None) -> list[MemoryHit]:
         return await self.recaller.asearch(query, space_ids, limit=limit, kinds=kinds)
 
-    async def recall_block(self, query: str, space_ids: Sequence[str]) -> tuple[str, list[MemoryHit]]:
-        """Auto-recall: the <memory-context> block ('' when nothing relevant) and its hits."""
+    async def recall_block(self, query: str, space_ids: Sequence[str], *,
+                           shared_spaces: Sequence[str] = ()) -> tuple[str, list[MemoryHit]]:
+        """Auto-recall: the <memory-context> block ('' when nothing relevant) and its hits; hits of
+        `shared_spaces` (the public space) are labelled as shared notes."""
         s = self.recaller.settings
         hits = await self.search(query, space_ids, limit=s.inject_items, kinds=("chunk", "fact", "task"))
         return render_block(hits, self.clock(), max_items=s.inject_items, max_tokens=s.inject_tokens,
-                            fold=s.fold_overlap), hits
+                            fold=s.fold_overlap, shared_spaces=frozenset(shared_spaces)), hits
 
     # --- capture ---------------------------------------------------------------------------
     async def capture(self, turn: CapturedTurn) -> bool:
@@ -142,6 +144,32 @@ class MemoryEngine:
         Pinned ones too: the person asked. The one path for /forget, the memory_forget tool and the CLI.
         """
         return await self.store.awrite(lambda con: forget_everywhere(con, ids, space_ids, self.clock()))
+
+    async def edit(self, memory_id: str, text: str, space_ids: Sequence[str]) -> MemoryRecord | None:
+        """Replace an active fact's text: a new fact takes its place (same space, pin and category)
+        and the old one is archived with `superseded_by` (history kept). None when not found."""
+        text = normalize(text)
+        vec = await asyncio.to_thread(self.embedder.embed_passages, [text])
+        now = self.clock()
+
+        def write(con: Conn) -> str | None:
+            row = con.execute(
+                """SELECT space_id, pinned, category FROM memories
+                   WHERE id = ? AND space_id IN (SELECT unnest(?)) AND status = 'active' AND kind = 'fact'""",
+                [memory_id, list(space_ids)]).fetchone()
+            if row is None:
+                return None
+            space_id, pinned, category = row
+            [new] = insert_memories(con, [NewMemory(space_id=space_id, kind="fact", text=text, title=trim(text, 120),
+                                                    created_at=now, pinned=pinned, category=category,
+                                                    tags=("edited",))], vec)
+            con.execute("UPDATE memories SET status = 'archived', superseded_by = ?, pinned = false, updated_at = ? "
+                        "WHERE id = ?", [new, utc_naive(now), memory_id])
+            bump_seq(con, [memory_id])
+            return new
+
+        new_id = await self.store.awrite(write)
+        return (await self.get([new_id], space_ids))[0] if new_id else None
 
     async def set_pinned(self, memory_id: str, space_ids: Sequence[str], pinned: bool) -> bool:
         def write(con: Conn) -> bool:

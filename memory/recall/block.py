@@ -7,7 +7,7 @@ line, neutralised: it cannot close the block, open another one or forge a chat-t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from memory.prompts import MEMORY_BLOCK_HEADER
@@ -45,9 +45,16 @@ def humanize_age(created_at: datetime, now: datetime) -> str:
 _KIND_LABEL = {"fact": "fact", "chunk": "said", "task": "task", "skill": "skill"}
 
 
+# What a hit from a shared space (the public one) is called in the block: the model must not take
+# a note everyone can read (and admins write) for a fact about the person it is talking to.
+SHARED_LABEL = "shared note"
+
+
 def render_block(hits: Sequence[MemoryHit], now: datetime, *, max_items: int = 6, max_tokens: int = 800,
-                 fold: float = 0.7) -> str:
-    """The <memory-context> block injected before the user's message ('' when no hit fits)."""
+                 fold: float = 0.7, shared_spaces: Collection[str] = ()) -> str:
+    """The <memory-context> block injected before the user's message ('' when no hit fits).
+
+    Hits whose space is in `shared_spaces` are labelled SHARED_LABEL instead of their kind."""
     lines: list[str] = []
     budget = max_tokens - estimate_tokens(MEMORY_BLOCK_HEADER) - 8
     for h in fold_overlapping(hits, fold)[:max_items]:
@@ -57,7 +64,8 @@ def render_block(hits: Sequence[MemoryHit], now: datetime, *, max_items: int = 6
         text = one_line(h.text)
         if not text:
             continue
-        line = f"- [{h.id}] ({_KIND_LABEL.get(h.kind, h.kind)}{who}, {humanize_age(h.created_at, now)}"\
+        label = SHARED_LABEL if h.space_id in shared_spaces else _KIND_LABEL.get(h.kind, h.kind)
+        line = f"- [{h.id}] ({label}{who}, {humanize_age(h.created_at, now)}"\
                f", {utc_naive(h.created_at):%Y-%m-%d}{pin}) {text}"
         cost = estimate_tokens(line)
         if cost > budget:

@@ -146,10 +146,10 @@ async def test_the_approved_person_is_told_they_were_let_in(tmp_path, clock, emb
     channel = RecordingChannel("telegram")
     async with build_app(settings, channels=[channel], clock=clock.now, embedder=embedder) as app:
         await channel.say("stranger", "hello?")
-        [asked] = await channel.wait_for(1)
+        [asked] = await channel.wait_for(1, timeout=180)
         code = code_of(Refused(asked.text))
         await channel.say("owner", f"/approve {code}")
-        await channel.wait_for(3)
+        await channel.wait_for(3, timeout=180)
         await app.gateway.idle()
         told = [r for r in channel.sent if r.chat_id == "stranger"]
         assert [r.text for r in told] == [asked.text, APPROVED_TEXT]
