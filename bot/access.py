@@ -18,7 +18,7 @@ import logging
 import re
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
@@ -78,6 +78,21 @@ ACCESS_MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        201,
+        "kept spaces",
+        """
+        -- A space an identity had before it joined another person's space by /link: its memories
+        -- stay there (they never move into the joined space) and only that identity reads them.
+        CREATE TABLE kept_spaces (
+            channel VARCHAR NOT NULL,
+            external_id VARCHAR NOT NULL,
+            space_id VARCHAR NOT NULL,
+            kept_at TIMESTAMP NOT NULL,
+            PRIMARY KEY (channel, external_id, space_id)
+        );
+        """,
+    ),
 )
 
 ALLOWLIST_TEXT = "Sorry, this bot is private."
@@ -98,13 +113,17 @@ class Role(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """One person on one channel, with their role and (private) user space."""
+    """One person on one channel, with their role and (private) user space.
+
+    `kept_spaces`: spaces this identity had before it joined another by /link (oldest first);
+    still readable by it, by no one else."""
 
     channel: str
     external_id: str
     space_id: str
     role: Role
     display_name: str
+    kept_spaces: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -123,6 +142,12 @@ class Allowed:
     space_ids: tuple[str, ...]
     write_space: str
     may_write_public: bool = False
+    kept_spaces: tuple[str, ...] = ()
+
+    @property
+    def own_spaces(self) -> tuple[str, ...]:
+        """The spaces that are this speaker's own: listed, exported and forgotten by them."""
+        return (self.write_space, *self.kept_spaces)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +201,15 @@ def group_space_id(channel: str, chat_id: str) -> str:
 
 
 def _row_identity(row: tuple) -> Identity:
-    return Identity(row[0], row[1], row[2], Role(row[3]), row[4])
+    return Identity(row[0], row[1], row[2], Role(row[3]), row[4], tuple(row[5] or ()))
 
 
 _ID_COLUMNS = "channel, external_id, space_id, role, display_name"
+# An identity row with its kept spaces, in one read (the hot path reads it once, then caches it).
+_ID_SELECT = """SELECT i.channel, i.external_id, i.space_id, i.role, i.display_name,
+       (SELECT list(k.space_id ORDER BY k.kept_at, k.space_id) FROM kept_spaces k
+        WHERE k.channel = i.channel AND k.external_id = i.external_id AND k.space_id <> i.space_id)
+FROM identities i"""
 
 
 class Access:
@@ -227,7 +257,8 @@ class Access:
                 return refusal
         if msg.sender_name and msg.sender_name != ident.display_name:
             ident = await self._rename(ident, msg.sender_name)
-        return Allowed(ident, (ident.space_id, PUBLIC_SPACE), ident.space_id, self.may_write_public(ident))
+        return Allowed(ident, (ident.space_id, *ident.kept_spaces, PUBLIC_SPACE), ident.space_id,
+                       self.may_write_public(ident), ident.kept_spaces)
 
     def _known_refusal(self, ident: Identity) -> Refused | None:
         """A known, unblocked person under the current DM policy: None when they may talk."""
@@ -290,8 +321,7 @@ class Access:
             return self._cache[key]
         generation = self._generation
         row = await self.store.aread(lambda con: con.execute(
-            f"SELECT {_ID_COLUMNS} FROM identities WHERE channel = ? AND external_id = ?",
-            [channel, external_id]).fetchone())
+            f"{_ID_SELECT} WHERE i.channel = ? AND i.external_id = ?", [channel, external_id]).fetchone())
         ident = self.effective(_row_identity(row)) if row else None
         if generation == self._generation:
             self.remember(ident, key)
@@ -300,7 +330,7 @@ class Access:
     async def users(self) -> list[Identity]:
         """Every stored identity, oldest first."""
         rows = await self.store.aread(lambda con: con.execute(
-            f"SELECT {_ID_COLUMNS} FROM identities ORDER BY created_at, channel, external_id").fetchall())
+            f"{_ID_SELECT} ORDER BY i.created_at, i.channel, i.external_id").fetchall())
         return [self.effective(_row_identity(r)) for r in rows]
 
     def may_write_public(self, identity: Identity) -> bool:
@@ -335,7 +365,7 @@ class Access:
 
         await self.write(write)
         log.info("role of %s set to %s by %s", target.key, role.value, by.key)
-        changed = Identity(target.channel, target.external_id, target.space_id, role, target.display_name)
+        changed = replace(target, role=role)
         self.remember(changed)
         return changed
 
@@ -346,7 +376,7 @@ class Access:
     def effective(self, ident: Identity) -> Identity:
         """Configured owners are owners whatever the table says (config is the authority)."""
         if ident.key in self.owners and ident.role is not Role.OWNER:
-            return Identity(ident.channel, ident.external_id, ident.space_id, Role.OWNER, ident.display_name)
+            return replace(ident, role=Role.OWNER)
         return ident
 
     def role_now(self, identity: Identity) -> Role:
@@ -356,7 +386,7 @@ class Access:
         if identity.key not in self._cache:
             # Rare (admin commands right after a write): one primary-key read, off no hot path.
             row = self.store.read(lambda con: con.execute(
-                f"SELECT {_ID_COLUMNS} FROM identities WHERE channel = ? AND external_id = ?",
+                f"{_ID_SELECT} WHERE i.channel = ? AND i.external_id = ?",
                 [identity.channel, identity.external_id]).fetchone())
             self.remember(self.effective(_row_identity(row)) if row else None, identity.key)
         cached = self._cache.get(identity.key)
@@ -397,7 +427,7 @@ class Access:
         await self.write(lambda con: con.execute(
             "UPDATE identities SET display_name = ?, updated_at = ? WHERE channel = ? AND external_id = ?",
             [name, now, ident.channel, ident.external_id]))
-        renamed = Identity(ident.channel, ident.external_id, ident.space_id, ident.role, name)
+        renamed = replace(ident, display_name=name)
         self.remember(renamed)
         return renamed
 
@@ -419,8 +449,7 @@ class Access:
 
     @staticmethod
     def select(con: Conn, channel: str, external_id: str) -> Identity | None:
-        row = con.execute(f"SELECT {_ID_COLUMNS} FROM identities WHERE channel = ? AND external_id = ?",
-                          [channel, external_id]).fetchone()
+        row = con.execute(f"{_ID_SELECT} WHERE i.channel = ? AND i.external_id = ?", [channel, external_id]).fetchone()
         return _row_identity(row) if row else None
 
     @staticmethod

@@ -21,7 +21,7 @@ from bot.agent import Agent, AgentSettings
 from bot.commands import Commands
 from bot.config import Settings
 from bot.gateway import Gateway, GatewaySettings
-from bot.linking import Linking
+from bot.linking import LINKING_MIGRATIONS, Linking
 from bot.pairing import Pairing
 from bot.sessions import SESSION_MIGRATIONS, Sessions
 from bot.task_wiring import TaskHost, wire_tasks
@@ -93,7 +93,7 @@ def open_store(settings: Settings, extra: Sequence = ()) -> Store:
 
     settings.data_path.mkdir(parents=True, exist_ok=True)
     dim = settings.embedding.dim
-    return Store(settings.db_path, dim, extra_migrations=(*ACCESS_MIGRATIONS, *SESSION_MIGRATIONS,
+    return Store(settings.db_path, dim, extra_migrations=(*ACCESS_MIGRATIONS, *LINKING_MIGRATIONS, *SESSION_MIGRATIONS,
                                                           *SCHEDULER_MIGRATIONS, *KEY_MIGRATIONS, *extra))
 
 

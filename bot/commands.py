@@ -71,6 +71,24 @@ _MEMORY_ID = re.compile(r"^[a-z]+_[0-9a-f]{12}$")
 FORGET_CONFIRM = timedelta(minutes=5)
 
 HELP_HEADER = "I remember what you tell me and recall it when it matters. Commands:"
+LINK_HELP = ("/link [CODE|yes|no]: share one memory across your accounts, in direct messages only. /link gives a "
+             "code; send /link CODE from your other account; then confirm here with /link yes. The account that "
+             "joins keeps its earlier memories to itself: they do not move into the shared memory.")
+LINK_OFFER_TEXT = ("Your link code: {code}\nSend “/link {code}” to me from your other account within {minutes} minutes. "
+                   "I will then ask you here which account it is before anything is shared. Never give this code to "
+                   "anyone else: whoever you confirm reads everything I remember about you.")
+LINK_CONFIRM_TEXT = ("The {channel} account “{name}” ({key}) sent me your link code and asks to share your memory. "
+                     "If that account is yours, send /link yes within {minutes} minutes; if not, send /link no.")
+LINK_ASKED_TEXT = ("Thanks. I asked your {channel} account to confirm (within {minutes} minutes); nothing is shared "
+                   "until it says yes. Your earlier memories here stay yours alone.")
+LINK_DONE_TEXT = ("Linked: this account now shares memory with the {channel} account “{name}”. What you told me here "
+                  "before stays readable from this account only.")
+LINK_REFUSED_TEXT = "Your link request was refused by the other account; nothing is shared."
+
+
+def _one_line(name: str) -> str:
+    """A display name shown inside our own messages: one line, bounded (names are user input)."""
+    return trim(" ".join(name.split()), 64)
 
 
 @dataclass
@@ -96,7 +114,7 @@ class Commands:
         t["pin"] = _Command(self._pin, "/pin ID: never change or drop this memory automatically")
         t["unpin"] = _Command(self._unpin, "/unpin ID")
         t["export"] = _Command(self._export, "/export: all your memories as a JSONL file")
-        t["link"] = _Command(self._link, "/link [CODE]: share one memory across your accounts")
+        t["link"] = _Command(self._link, LINK_HELP)
         t["approve"] = _Command(self._approve, "/approve CODE: let a person in", admin=True)
         t["deny"] = _Command(self._deny, "/deny CODE", admin=True)
         t["public"] = _Command(self._public, "/public [add TEXT | edit ID TEXT | forget ID]: the shared notes "
@@ -150,7 +168,7 @@ class Commands:
             if not hits:
                 return f"I found nothing about “{ctx.args}”."
             return "\n".join(f"[{h.id}] {trim(h.text, 200)} ({humanize_age(h.created_at, now)})" for h in hits)
-        rows = await self.engine.list([ctx.allowed.write_space], limit=20)
+        rows = await self.engine.list(list(ctx.allowed.own_spaces), limit=20)
         if not rows:
             return "I don't remember any facts about you yet."
         return "\n".join(f"[{r.id}]{' 📌' if r.pinned else ''} {trim(r.text, 200)} ({humanize_age(r.created_at, now)})" for r in rows)
@@ -170,7 +188,7 @@ class Commands:
         arg = ctx.args
         if not arg:
             return "Usage: /forget ID or /forget some words"
-        own = [ctx.allowed.write_space]
+        own = list(ctx.allowed.own_spaces)
         key = ctx.msg.conversation_key
         now = self.clock()
         pending = self._confirm.pop(key, None)
@@ -199,26 +217,40 @@ class Commands:
     async def _pin(self, ctx: CommandContext, pinned: bool = True) -> str:
         if not ctx.args:
             return f"Usage: /{'pin' if pinned else 'unpin'} ID"
-        ok = await self.engine.set_pinned(ctx.args, [ctx.allowed.write_space], pinned)
+        ok = await self.engine.set_pinned(ctx.args, list(ctx.allowed.own_spaces), pinned)
         return (f"{'Pinned' if pinned else 'Unpinned'} [{ctx.args}]." if ok else f"[{ctx.args}] is not one of your memories.")
 
     async def _unpin(self, ctx: CommandContext) -> str:
         return await self._pin(ctx, pinned=False)
 
     async def _export(self, ctx: CommandContext) -> Reply:
-        data = await asyncio.to_thread(self.engine.export_jsonl, [ctx.allowed.write_space])
+        data = await asyncio.to_thread(self.engine.export_jsonl, list(ctx.allowed.own_spaces))
         n = data.count(b"\n")
         return Reply(channel=ctx.msg.channel, chat_id=ctx.msg.chat_id, thread_id=ctx.msg.thread_id,
                      recipient_id=ctx.msg.sender_id, text=f"Your {n} memories.",
                      document=Document(filename="memgate-export.jsonl", data=data, mime="application/jsonl"))
 
     async def _link(self, ctx: CommandContext) -> str:
-        if ctx.args:
-            ident = await self.linking.redeem_link(ctx.args.strip().upper(), ctx.allowed.identity)
-            return f"Linked: this account now shares memory space {ident.space_id}."
-        code = await self.linking.link_code(ctx.allowed.identity)
-        return (f"Your link code: {code}\nSend “/link {code}” from your other account (any channel) within "
-                "10 minutes, and both will share one memory.")
+        ident, arg = ctx.allowed.identity, ctx.args.strip()
+        if not arg:
+            offer = await self.linking.offer(ident, ctx.msg)
+            return LINK_OFFER_TEXT.format(code=offer.code, minutes=offer.minutes)
+        if arg.lower() in ("yes", "no"):
+            decision = await self.linking.decide(ident, ctx.msg, yes=arg.lower() == "yes")
+            other = decision.claimant
+            if ctx.gateway is not None:
+                text = (LINK_DONE_TEXT.format(channel=ident.channel, name=_one_line(ident.display_name))
+                        if decision.linked else LINK_REFUSED_TEXT)
+                await ctx.gateway.tell(other.channel, decision.claimant_chat_id, other.external_id, text)
+            who = f"{other.channel} account “{_one_line(other.display_name)}” ({other.key})"
+            return f"Linked: {who} now shares your memory." if decision.linked else f"Refused: {who} was not linked."
+        claim = await self.linking.claim(arg, ident, ctx.msg)
+        if ctx.gateway is not None:
+            me = claim.claimant
+            await ctx.gateway.tell(claim.issuer.channel, claim.issuer_chat_id, claim.issuer.external_id,
+                                   LINK_CONFIRM_TEXT.format(channel=me.channel, name=_one_line(me.display_name),
+                                                            key=me.key, minutes=claim.minutes))
+        return LINK_ASKED_TEXT.format(channel=claim.issuer.channel, minutes=claim.minutes)
 
     # --- admins ----------------------------------------------------------------------------
     async def _approve(self, ctx: CommandContext) -> str:

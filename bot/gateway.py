@@ -151,7 +151,8 @@ class Gateway:
         if not text:
             return
         ctx = ToolContext(space_ids=allowed.space_ids, write_space=allowed.write_space,
-                          public_space=self.settings.public_space, may_write_public=allowed.may_write_public)
+                          public_space=self.settings.public_space, may_write_public=allowed.may_write_public,
+                          kept_spaces=allowed.kept_spaces)
         if text.startswith("/"):
             out = await self.commands.handle(CommandContext(msg=msg, allowed=allowed, tools=ctx, gateway=self))
             if out is not None:

@@ -1,80 +1,207 @@
-"""Identity linking: one person's accounts (Telegram, WeChat, ...) share one memory space.
+"""Identity linking: one person's accounts (Telegram, WeChat, the console) share one memory space.
 
-`/link` gives a one-time code; the other account redeems it with `/link CODE`. Codes live in
-`link_codes` (created by migration 200 in bot/access.py).
+The flow, all in direct messages (a code posted in a group is a code anyone there can use):
+1. `offer`: account A sends /link and gets a one-time code (valid `link_code_minutes`).
+2. `claim`: account B sends /link CODE. Nothing is shared yet; A is asked, in A's own DM, and
+   shown which account asks (channel, name and id).
+3. `decide`: A answers /link yes (B joins A's space) or /link no (the code is spent either way).
+B's earlier memories do not move into A's space: they stay in B's old space, which B keeps
+reading (a kept space) and nobody else does. Each account may try `link_attempts_per_hour`
+wrong codes an hour; then it is locked out until the hour has passed.
+
+Offers live in `link_offers` and attempts in `link_attempts` (migration 220). The older
+`link_codes` table (migration 200) is no longer used: its codes skipped the confirmation.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from dataclasses import dataclass
 from datetime import timedelta
 
 from bot.access import Access, AccessError, Identity, Role, normalize_code
-from memory.store.connection import Conn
+from bot.message import Message
+from memory.store.connection import Conn, Migration
 
 log = logging.getLogger(__name__)
 
-LINK_TTL = timedelta(minutes=10)
-# Tables whose rows belong to a space and follow a person when identities are linked.
-_SPACE_TABLES = ("memories", "tasks", "skills", "ingest_queue")
+LINKING_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        220,
+        "link offers",
+        """
+        CREATE TABLE link_offers (
+            code VARCHAR PRIMARY KEY,
+            channel VARCHAR NOT NULL,           -- the issuer: whose space is joined, who confirms
+            external_id VARCHAR NOT NULL,
+            chat_id VARCHAR NOT NULL,           -- the issuer's DM, where the confirmation is asked
+            status VARCHAR NOT NULL,            -- open | claimed | linked | refused | replaced
+            created_at TIMESTAMP NOT NULL,
+            expires_at TIMESTAMP NOT NULL,      -- of the code, then of the claim waiting for a yes
+            claimant_channel VARCHAR,           -- the account that sent the code back
+            claimant_id VARCHAR,
+            claimant_name VARCHAR,
+            claimant_chat_id VARCHAR,
+            claimed_at TIMESTAMP,
+            decided_at TIMESTAMP
+        );
+        CREATE TABLE link_attempts (
+            channel VARCHAR NOT NULL,
+            external_id VARCHAR NOT NULL,
+            tried_at TIMESTAMP NOT NULL,
+            ok BOOLEAN NOT NULL
+        );
+        """,
+    ),
+)
+
+_ATTEMPT_WINDOW = timedelta(hours=1)
+DM_ONLY_TEXT = ("Linking works only in a direct message with me, so no code is ever posted in a group. "
+                "Send /link to me privately.")
+LOCKED_TEXT = "Too many wrong link codes ({n} in the last hour). Please try again in {minutes} minutes."
+
+
+@dataclass(frozen=True, slots=True)
+class LinkOffer:
+    code: str
+    minutes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LinkClaim:
+    """A code sent back by another account: the issuer must now confirm in `issuer_chat_id`."""
+
+    issuer: Identity
+    issuer_chat_id: str
+    claimant: Identity
+    minutes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LinkDecision:
+    """The issuer's answer; `claimant` is as it is now (in the issuer's space when linked)."""
+
+    linked: bool
+    claimant: Identity
+    claimant_chat_id: str
 
 
 class Linking:
-    """Link codes: issue one, redeem one."""
+    """Offer, claim and decide identity links (see the module docstring for the flow)."""
 
     def __init__(self, access: Access) -> None:
         self.access = access
+        self.config = access.config
 
-    async def link_code(self, identity: Identity) -> str:
-        """A one-time code (10 minutes) that another account of this person redeems to share its space."""
-        now = self.access.now()
+    async def offer(self, identity: Identity, msg: Message) -> LinkOffer:
+        """A fresh one-time code for `identity` (earlier open or waiting ones die)."""
+        self._require_dm(msg)
+        now, ttl = self.access.now(), timedelta(minutes=self.config.link_code_minutes)
 
         def write(con: Conn) -> str:
-            me = self.access.select(con, identity.channel, identity.external_id)
-            if me is None or me.role is Role.BLOCKED:
-                raise AccessError("linking is for people I know: send /link to me in a direct message")
-            con.execute("UPDATE link_codes SET status = 'replaced' WHERE channel = ? AND external_id = ? AND status = 'open'",
-                        [me.channel, me.external_id])
-            code = self.access.unique_code(con, "link_codes")
-            con.execute("INSERT INTO link_codes (code, channel, external_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
-                        [code, me.channel, me.external_id, now, now + LINK_TTL])
+            me = self._known(con, identity, "linking is for people I know: send /link to me in a direct message")
+            con.execute("""UPDATE link_offers SET status = 'replaced', decided_at = ?
+                           WHERE channel = ? AND external_id = ? AND status IN ('open', 'claimed')""",
+                        [now, me.channel, me.external_id])
+            code = self.access.unique_code(con, "link_offers")
+            con.execute("""INSERT INTO link_offers (code, channel, external_id, chat_id, status, created_at, expires_at)
+                           VALUES (?, ?, ?, ?, 'open', ?, ?)""",
+                        [code, me.channel, me.external_id, msg.chat_id, now, now + ttl])
             return code
 
-        return await self.access.write(write)
+        return LinkOffer(await self.access.write(write), self.config.link_code_minutes)
 
-    async def redeem_link(self, code: str, identity: Identity) -> Identity:
-        """`identity` joins the space of the code's issuer; its old space's memories move along."""
+    async def claim(self, code: str, identity: Identity, msg: Message) -> LinkClaim:
+        """`identity` sends back a code: the issuer will be asked to confirm. Wrong codes count."""
+        self._require_dm(msg)
         code, now = normalize_code(code), self.access.now()
+        ttl = timedelta(minutes=self.config.link_code_minutes)
+        limit = self.config.link_attempts_per_hour
 
-        def write(con: Conn) -> tuple[Identity, dict[str, int]]:
-            row = con.execute("SELECT channel, external_id, status, expires_at FROM link_codes WHERE code = ?",
+        def write(con: Conn) -> tuple[str, object]:
+            me = self._known(con, identity, "send the link code to me in a direct message")
+            failed = con.execute(
+                "SELECT count(*), min(tried_at) FROM link_attempts WHERE channel = ? AND external_id = ? AND NOT ok AND tried_at > ?",
+                [me.channel, me.external_id, now - _ATTEMPT_WINDOW]).fetchone()
+            if failed[0] >= limit:
+                return "locked", failed[1] + _ATTEMPT_WINDOW
+            row = con.execute("SELECT channel, external_id, chat_id, status, expires_at FROM link_offers WHERE code = ?",
                               [code]).fetchone()
-            if row is None or row[2] != "open":
-                raise AccessError(f"no open link code {code}: send /link again on your other account")
-            if row[3] <= now:
-                raise AccessError(f"link code {code} has expired: send /link again on your other account")
-            issuer = self.access.select(con, row[0], row[1])
-            me = self.access.select(con, identity.channel, identity.external_id)
-            if issuer is None:
-                raise AccessError("the account that made this code is gone")
-            if me is None or me.role is Role.BLOCKED:
-                raise AccessError("send the link code to me in a direct message")
-            if me.key == issuer.key:
-                raise AccessError("this code is yours: send it from your other account")
-            con.execute("UPDATE link_codes SET status = 'used', used_by = ?, used_at = ? WHERE code = ?",
-                        [me.key, now, code])
-            old, target = me.space_id, issuer.space_id
-            moved: dict[str, int] = {}
-            if old != target:
-                for table in _SPACE_TABLES:
-                    moved[table] = con.execute(f"UPDATE {table} SET space_id = ? WHERE space_id = ?",
-                                               [target, old]).fetchone()[0]
-                # Everyone already linked to the redeemer comes along: one person, one space.
-                con.execute("UPDATE identities SET space_id = ?, updated_at = ? WHERE space_id = ?", [target, now, old])
-            return Identity(me.channel, me.external_id, target, me.role, me.display_name), moved
+            problem = None
+            if row is None or row[3] != "open":
+                problem = f"no open link code {code}: send /link again on your other account"
+            elif row[4] <= now:
+                problem = f"link code {code} has expired: send /link again on your other account"
+            elif (row[0], row[1]) == (me.channel, me.external_id):
+                problem = "this code is yours: send it from your other account"
+            issuer = self.access.select(con, row[0], row[1]) if problem is None else None
+            if problem is None and issuer is None:
+                problem = "the account that made this code is gone"
+            if problem is None and issuer.space_id == me.space_id:
+                problem = "these accounts already share one memory"
+            # Recorded in the same transaction as the outcome, and committed even when refused.
+            con.execute("INSERT INTO link_attempts VALUES (?, ?, ?, ?)", [me.channel, me.external_id, now, problem is None])
+            if problem is not None:
+                return "refused", problem
+            con.execute("""UPDATE link_offers SET status = 'claimed', claimant_channel = ?, claimant_id = ?,
+                               claimant_name = ?, claimant_chat_id = ?, claimed_at = ?, expires_at = ?
+                           WHERE code = ?""",
+                        [me.channel, me.external_id, me.display_name, msg.chat_id, now, now + ttl, code])
+            return "claimed", LinkClaim(issuer, row[2], me, self.config.link_code_minutes)
 
-        ident, moved = await self.access.write(write)
-        log.info("linked %s into space %s (moved %s)", ident.key, ident.space_id, moved)
-        ident = self.access.effective(ident)
-        self.access.remember(ident)
-        return ident
+        outcome, detail = await self.access.write(write)
+        if outcome == "locked":
+            minutes = max(1, math.ceil((detail - now).total_seconds() / 60))
+            log.warning("link attempts locked for %s", identity.key)
+            raise AccessError(LOCKED_TEXT.format(n=limit, minutes=minutes))
+        if outcome == "refused":
+            raise AccessError(detail)
+        log.info("link code of %s claimed by %s", detail.issuer.key, detail.claimant.key)
+        return detail
+
+    async def decide(self, identity: Identity, msg: Message, *, yes: bool) -> LinkDecision:
+        """The issuer's answer to the claim waiting on their code: link (yes) or refuse (no)."""
+        self._require_dm(msg)
+        now = self.access.now()
+
+        def write(con: Conn) -> LinkDecision:
+            me = self._known(con, identity, "send /link yes or /link no to me in a direct message")
+            row = con.execute(
+                """SELECT code, claimant_channel, claimant_id, claimant_chat_id FROM link_offers
+                   WHERE channel = ? AND external_id = ? AND status = 'claimed' AND expires_at > ?
+                   ORDER BY claimed_at DESC LIMIT 1""", [me.channel, me.external_id, now]).fetchone()
+            if row is None:
+                raise AccessError("no account is waiting for your confirmation: send /link to get a code first")
+            code, claimant_chat = row[0], row[3]
+            claimant = self.access.select(con, row[1], row[2])
+            if claimant is None or claimant.role is Role.BLOCKED:
+                raise AccessError("the account that asked is gone")
+            con.execute("UPDATE link_offers SET status = ?, decided_at = ? WHERE code = ?",
+                        ["linked" if yes else "refused", now, code])
+            if not yes:
+                return LinkDecision(False, claimant, claimant_chat)
+            old, target = claimant.space_id, me.space_id
+            # Every account already sharing the claimant's space comes along (one person, one
+            # space), and each keeps reading the old space; its memories stay where they are.
+            con.execute("""INSERT OR IGNORE INTO kept_spaces (channel, external_id, space_id, kept_at)
+                           SELECT channel, external_id, space_id, ? FROM identities WHERE space_id = ?""", [now, old])
+            con.execute("UPDATE identities SET space_id = ?, updated_at = ? WHERE space_id = ?", [target, now, old])
+            return LinkDecision(True, self.access.select(con, claimant.channel, claimant.external_id), claimant_chat)
+
+        decision = await self.access.write(write)
+        log.info("link of %s into %s's space: %s", decision.claimant.key, identity.key,
+                 "confirmed" if decision.linked else "refused")
+        return decision
+
+    # --- internals -------------------------------------------------------------------------
+    @staticmethod
+    def _require_dm(msg: Message) -> None:
+        if msg.is_group:
+            raise AccessError(DM_ONLY_TEXT)
+
+    def _known(self, con: Conn, identity: Identity, refusal: str) -> Identity:
+        me = self.access.select(con, identity.channel, identity.external_id)
+        if me is None or me.role is Role.BLOCKED:
+            raise AccessError(refusal)
+        return me

@@ -26,6 +26,11 @@ class ToolContext:
     write_space: str
     public_space: str = "public"
     may_write_public: bool = False
+    kept_spaces: tuple[str, ...] = ()     # spaces the speaker had before a /link: still their own
+
+    @property
+    def own_spaces(self) -> tuple[str, ...]:
+        return (self.write_space, *self.kept_spaces)
 
 
 def function_schema(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -140,7 +145,7 @@ class ToolBox:
 
     async def _forget(self, args: dict, ctx: ToolContext) -> Any:
         # Only the speaker's own space: nobody forgets the public space or someone else's memory.
-        res = await self.engine.forget([str(args["id"])], [ctx.write_space])
+        res = await self.engine.forget([str(args["id"])], list(ctx.own_spaces))
         return {"forgotten": list(res.forgotten)} if res.forgotten else {"error": "no such memory of yours"}
 
     async def _write_public(self, args: dict, ctx: ToolContext) -> Any:

@@ -329,7 +329,7 @@ async def test_two_telegram_users_never_see_each_others_memories(running):
         assert leaks(await bot.ask(41, "/memory secret project"))
 
 
-async def test_link_merges_two_telegram_accounts_and_the_console(running):
+async def test_link_shares_one_memory_after_confirmation_and_keeps_the_joiners_own(running):
     console = RecordingChannel("console")
     async with running(console, MEMGATE_ACCESS_DM_POLICY="open") as bot:
         await bot.ask(51, "/remember my cat is called Miso")
@@ -337,11 +337,16 @@ async def test_link_merges_two_telegram_accounts_and_the_console(running):
         assert "Miso" not in await bot.ask(52, "/memory")
 
         code = LINK_CODE.search(await bot.ask(51, "/link")).group(1)
-        assert (await bot.ask(52, f"/link {code}")).startswith("Linked")
-        for user in (51, 52):
-            listing = await bot.ask(user, "/memory")
-            assert "Miso" in listing and "red Brompton" in listing
-        # The agent recalls the other account's memory too.
+        assert "confirm" in await bot.ask(52, f"/link {code}")
+        # 51 is asked in its own chat, shown which account asks.
+        await bot.tg.wait_until(lambda: any(s["chat_id"] == 51 and "/link yes" in s["visible_text"] for s in bot.tg.sent))
+        assert "Linked" in await bot.ask(51, "/link yes")
+        # 52 joined 51's memory; 52's earlier memory stayed 52's own.
+        joined = await bot.ask(52, "/memory")
+        assert "Miso" in joined and "red Brompton" in joined
+        owner_side = await bot.ask(51, "/memory")
+        assert "Miso" in owner_side and "red Brompton" not in owner_side
+        # The agent recalls the shared memory too.
         await bot.ask(52, "what is my cat called?")
         assert "Miso" in bot.memory_block("what is my cat called?")
         # A used code is spent.
@@ -350,12 +355,15 @@ async def test_link_merges_two_telegram_accounts_and_the_console(running):
         code = LINK_CODE.search(await bot.ask(52, "/link")).group(1)
         await console.say("me", f"/link {code}")
         await console.wait_for(1)
+        assert "confirm" in console.texts()[-1]
+        assert "Linked" in await bot.ask(52, "/link yes")
+        await console.wait_for(2)
         assert console.texts()[-1].startswith("Linked")
         await console.say("me", "/memory")
-        await console.wait_for(2)
-        assert "Miso" in console.texts()[-1] and "red Brompton" in console.texts()[-1]
-        await console.say("me", "/remember my phone is a Fairphone")
         await console.wait_for(3)
+        assert "Miso" in console.texts()[-1] and "red Brompton" not in console.texts()[-1]
+        await console.say("me", "/remember my phone is a Fairphone")
+        await console.wait_for(4)
         assert "Fairphone" in await bot.ask(51, "/memory")
 
 
