@@ -19,6 +19,7 @@ SCENARIO_MODULES = (
     "tests.reliability.test_api",
     "tests.reliability.test_prompt_secrets",
     "tests.reliability.test_robust",
+    "tests.reliability.test_isolation",
 )
 
 
