@@ -6,9 +6,11 @@ linking in bot/linking.py). The tables are the truth; identities are cached in m
 cache is dropped on every write made through `Access.write` (all access writes go through it:
 the store has one writer).
 
-Spaces: a DM reads the person's user space + "public" and writes to the user space; a group
-reads the group space + "public" and writes to the group space. A person's private space is
-never offered in a group, so no one can read another person's memories through the bot.
+Spaces: a DM reads the person's user space (+ the spaces it kept when it joined another person's
+by /link) + "public" and writes to the user space; a group reads the group space + "public" and
+writes to the group space. A person's private space is never offered in a group, so no one can
+read another person's memories through the bot. Who may write to "public" is decided here too
+(`Allowed.may_write_public`: admins, or everyone under `public_writers = "everyone"`).
 """
 
 from __future__ import annotations
