@@ -24,6 +24,7 @@ from adapters.wechat.ilink.state import CURSOR_FILE
 from adapters.wechat.mp.adapter import WechatMpAdapter
 from bot.app import App, build_app, open_store
 from bot.config import Settings, load_settings
+from bot.pairing import APPROVED_TEXT
 from memory.text import MEMORY_OPEN
 from tests.fakes import brain
 from tests.fakes.channel import RecordingChannel
@@ -174,14 +175,17 @@ async def test_ilink_strangers_get_a_code_and_are_answered_once_an_owner_approve
         await console.say(ROOT, f"/approve {carol_code}")
         by_console = (await console.wait_for(1))[0].text
 
+        # Each is told on WeChat that they were let in, whoever approved and wherever.
+        await ilink.wait_for(lambda: len(ilink.texts_to(BOB)) == len(ilink.texts_to(CAROL)) == 2, 30, "both told")
         ilink.inject_text(BOB, "hello again")
         ilink.inject_text(CAROL, "hi again")
-        await ilink.wait_for(lambda: len(ilink.texts_to(BOB)) == len(ilink.texts_to(CAROL)) == 2, 30, "both answered")
+        await ilink.wait_for(lambda: len(ilink.texts_to(BOB)) == len(ilink.texts_to(CAROL)) == 3, 30, "both answered")
 
     assert ilink.texts_to(ALICE)[0].startswith(f"Approved {BOB} (wechat:{BOB}) as user")
     assert by_console.startswith(f"Approved {CAROL} (wechat:{CAROL}) as user")
-    assert said(ilink.texts_to(BOB)[1]) == "hello again"
-    assert said(ilink.texts_to(CAROL)[1]) == "hi again"
+    assert ilink.texts_to(BOB)[1] == ilink.texts_to(CAROL)[1] == APPROVED_TEXT
+    assert said(ilink.texts_to(BOB)[2]) == "hello again"
+    assert said(ilink.texts_to(CAROL)[2]) == "hi again"
     # The strangers' first messages never reached the model.
     assert sorted(r["messages"][-1]["content"] for r in reply_requests(fake_llm)) == ["hello again", "hi again"]
     assert stored_role(app, "wechat", BOB) == stored_role(app, "wechat", CAROL) == "user"
@@ -379,4 +383,5 @@ async def test_mp_stranger_gets_a_code_and_is_answered_once_the_owner_approves(
 
     assert second.reply is not None and said(second.reply.content) == "hello again"
     assert [r["messages"][-1]["content"] for r in reply_requests(fake_llm)] == ["hello again"]
-    assert mp_api.sent == []
+    # Told they were let in: no callback was waiting, so through the customer-service API.
+    assert [(m.touser, m.content) for m in mp_api.sent] == [(MP_BOB, APPROVED_TEXT)]
