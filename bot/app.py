@@ -227,7 +227,7 @@ def _wire_api(app: App, embedder: Embedder) -> None:
     metrics = Metrics(queue=lambda: app.store.read(lambda c: queue_depth_and_age(c, app.clock())))
     app.extras["usage"].listener = metrics.llm_call
     scheduler = app.extras.get("scheduler")
-    host = ApiHost(access=app.access, skills=SkillLibrary(app.store, embedder, app.settings.data_path, clock=app.clock),
+    host = ApiHost(access=app.access, pairing=app.pairing, tell=app.gateway.tell, skills=SkillLibrary(app.store, embedder, app.settings.data_path, clock=app.clock),
                    public_space=app.access.PUBLIC_SPACE,
                    channels=lambda: {name: True for name in app.gateway.channels},
                    job_statuses=scheduler.status if scheduler is not None else list,

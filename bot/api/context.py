@@ -10,6 +10,7 @@ from datetime import datetime
 from aiohttp import web
 
 from bot.access import Access
+from bot.pairing import Pairing
 from bot.api.keys import ApiKey, Keys
 from bot.api.metrics import Metrics
 from bot.api.ratelimit import RateLimiter
@@ -33,11 +34,14 @@ class ApiHost:
     """The parts of the running bot the API reads or drives (built by the composition root)."""
 
     access: Access
+    pairing: Pairing
     skills: SkillLibrary
     public_space: str
     channels: Callable[[], dict[str, bool]]           # channel name -> up
     job_statuses: Callable[[], list] = list           # the scheduler's jobs (bot.scheduler.JobStatus)
     flush_usage: Callable[[], Awaitable[int]] | None = None  # so /usage sees the latest LLM calls
+    # The gateway's outbound path for a chat other than the one answered (channel, chat, recipient, text).
+    tell: Callable[[str, str, str, str], Awaitable[None]] | None = None
 
 
 HOST = web.AppKey("host", ApiHost)

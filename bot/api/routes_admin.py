@@ -14,6 +14,7 @@ from bot.api.errors import ApiError
 from bot.api.jobs import recent_jobs
 from bot.api.params import body_json, opt_int, page
 from bot.api.routes_memories import memory_json
+from bot.pairing import APPROVED_TEXT
 from memory.store.browse import MemoryFilter, bump_versions, list_page
 
 routes = web.RouteTableDef()
@@ -28,7 +29,7 @@ def _identity_json(i: Identity) -> dict:
 
 @routes.get("/api/v1/admin/pairing")
 async def pairing(request: web.Request) -> web.Response:
-    pending = await request.app[HOST].access.pending()
+    pending = await request.app[HOST].pairing.pending()
     return web.json_response({"requests": [
         {"code": p.code, "identity": p.key, "display_name": p.display_name, "created_at": p.created_at.isoformat(),
          "expires_at": p.expires_at.isoformat()} for p in pending]})
@@ -36,17 +37,21 @@ async def pairing(request: web.Request) -> web.Response:
 
 @routes.post("/api/v1/admin/pairing/{code}/approve")
 async def approve(request: web.Request) -> web.Response:
+    host = request.app[HOST]
     try:
-        ident = await request.app[HOST].access.approve(request.match_info["code"], None)
+        admitted = await host.pairing.approve(request.match_info["code"], None)
     except AccessError as exc:
         raise ApiError(404, "not_found", str(exc)) from None
+    ident = admitted.identity
+    if host.tell is not None:
+        await host.tell(ident.channel, admitted.chat_id, ident.external_id, APPROVED_TEXT)
     return web.json_response({"approved": _identity_json(ident)})
 
 
 @routes.post("/api/v1/admin/pairing/{code}/deny")
 async def deny(request: web.Request) -> web.Response:
     try:
-        await request.app[HOST].access.deny(request.match_info["code"], None)
+        await request.app[HOST].pairing.deny(request.match_info["code"], None)
     except AccessError as exc:
         raise ApiError(404, "not_found", str(exc)) from None
     return web.json_response({"denied": request.match_info["code"].upper()})
