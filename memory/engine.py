@@ -22,7 +22,7 @@ from memory.store.keywords import fresh_count, rebuild_index
 from memory.ingest.worker import IngestSettings, IngestWorker
 from memory.llm import LLM
 from memory.store.rows import (
-    RECORD_COLUMNS, MemoryRecord, NewMemory, ensure_space, get_records, insert_memories, to_record, utc_naive,
+    RECORD_COLUMNS, MemoryRecord, NewMemory, bump_seq, ensure_space, get_records, insert_memories, to_record, utc_naive,
 )
 from memory.recall.block import render_block
 from memory.recall.search import MemoryHit, Recaller, RecallSettings
@@ -147,8 +147,9 @@ class MemoryEngine:
 
     async def edit(self, memory_id: str, text: str, space_ids: Sequence[str]) -> MemoryRecord | None:
         """Replace an active fact's text: a new fact takes its place (same space, pin and category)
-        and the old one is archived with `superseded_by` (history kept). None when not found."""
-        text = normalize(text)
+        and the old one is archived with `superseded_by` (history kept). None when not found.
+        Secrets are redacted, as in `remember`."""
+        text = normalize(redact(text))
         vec = await asyncio.to_thread(self.embedder.embed_passages, [text])
         now = self.clock()
 
