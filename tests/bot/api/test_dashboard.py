@@ -160,7 +160,7 @@ async def test_dashboard_in_chromium(api, shots):
 
             # Admin: approve a pairing request with an admin key.
             await api.app.access.check(_dm("111"))
-            pending = await api.app.access.pending()
+            pending = await api.app.pairing.pending()
             code = pending[0].code
             actx = await browser.new_context(viewport={"width": 1200, "height": 900}, locale="en-US")
             a = Page(await actx.new_page(), base, shots)
