@@ -25,15 +25,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memory.embed import LocalE5Embedder  # noqa: E402
 from memory.store.keywords import rebuild_index  # noqa: E402
-from memory.ingest.raw import RawMessage, store_raw  # noqa: E402
+from memory.ingest.raw import RawMessage, index_text, store_raw  # noqa: E402
 from memory.recall.block import render_block  # noqa: E402
 from memory.recall.search import Recaller, RecallSettings  # noqa: E402
 from memory.store.connection import Store  # noqa: E402
-from memory.text import estimate_tokens  # noqa: E402
+from memory.text import estimate_tokens, search_text  # noqa: E402
 
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 KS = (5, 10, 25)
 _EVIDENCE = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
+
+
+def category_names(data: list[dict]) -> dict[int, str]:
+    """The data's own category names (a sample's `category_names`), else LoCoMo's."""
+    names: dict[int, str] = {}
+    for conv in data:
+        names |= {int(k): str(v) for k, v in (conv.get("category_names") or {}).items()}
+    return names or dict(LOCOMO_CATEGORIES)
 
 
 def parse_date(text: str) -> datetime:
@@ -82,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mmr", type=float, default=None, help="override MMR lambda (ablation)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any RecallSettings field (ablation)")
     ap.add_argument("--db", default=None, help="keep the ingested database here and reuse it (ablations)")
+    ap.add_argument("--retokenize", action="store_true",
+                    help="with --db: recompute the chunks' BM25 text with today's tokenizer (no re-embedding)")
+    ap.add_argument("--dump", default=None, help="write one JSON line per question (category, gold, found ids)")
     args = ap.parse_args(argv)
 
     data = json.loads(Path(args.data).read_text())
@@ -113,11 +124,14 @@ def main(argv: list[str] | None = None) -> int:
             store_raw(store, embedder, msgs, dedup=False)
         n_turns += len(msgs)
         convs.append((conv, space, {m.turn_id for m in msgs}, last))
-    if not reuse:
+    if reuse and args.retokenize:
+        retokenize(store)
+    if not reuse or args.retokenize:
         rebuild_index(store)
     ingest_s = time.perf_counter() - t0
 
     per_cat: dict[int, dict[int, list[float]]] = {}
+    dump = open(args.dump, "w") if args.dump else None
     latencies: list[float] = []
     block_tokens: list[int] = []
     for conv, space, known, last in convs:
@@ -134,31 +148,44 @@ def main(argv: list[str] | None = None) -> int:
             block_tokens.append(estimate_tokens(render_block(hits[: settings.inject_items], now)))
             # A fact or summary counts the turns it was derived from; a chunk is its own turn.
             turn_of = _turn_ids(store, [h for h in hits])
+            if dump is not None:
+                dump.write(json.dumps({"q": qa["question"], "cat": qa["category"], "gold": gold,
+                                       "top": [t for h in hits for t in turn_of.get(h.id, ())]}, ensure_ascii=False) + "\n")
             for k in KS:
                 found: set[str] = set()
                 for h in hits[:k]:
                     found.update(turn_of.get(h.id, ()))
                 per_cat.setdefault(qa["category"], {kk: [] for kk in KS})[k].append(len(found & set(gold)) / len(gold))
 
-    print(f"\nLoCoMo evidence recall ({len(data)} conversations, {n_turns} turns, "
+    names = category_names(data)
+    print(f"\nLoCoMo-format evidence recall ({len(data)} conversations, {n_turns} turns, "
           f"{sum(len(v[5]) for v in per_cat.values())} questions with evidence)")
     print(f"raw ingest: {n_turns / ingest_s:.0f} turns/s (embedding included)")
     print(f"settings: half-life {settings.half_life_days} d, floor {settings.decay_floor}, MMR {settings.mmr_lambda}")
-    print(f"{'category':<14}{'n':>6}" + "".join(f"{'R@' + str(k):>9}" for k in KS))
+    print(f"{'category':<18}{'n':>6}" + "".join(f"{'R@' + str(k):>9}" for k in KS))
     allv = {k: [] for k in KS}
     for cat in sorted(per_cat):
         row = per_cat[cat]
         for k in KS:
             allv[k].extend(row[k])
-        print(f"{CATEGORIES.get(cat, cat):<14}{len(row[5]):>6}" + "".join(f"{100 * statistics.mean(row[k]):>9.1f}" for k in KS))
-    print(f"{'overall':<14}{len(allv[5]):>6}" + "".join(f"{100 * statistics.mean(allv[k]):>9.1f}" for k in KS))
+        print(f"{names.get(cat, str(cat)):<18}{len(row[5]):>6}" + "".join(f"{100 * statistics.mean(row[k]):>9.1f}" for k in KS))
+    print(f"{'overall':<18}{len(allv[5]):>6}" + "".join(f"{100 * statistics.mean(allv[k]):>9.1f}" for k in KS))
     lat = sorted(latencies)
     print(f"recall latency (query embedding excluded): p50 {lat[len(lat) // 2]:.1f} ms, p95 {lat[int(len(lat) * 0.95)]:.1f} ms")
     print(f"injected block: mean {statistics.mean(block_tokens):.0f} tokens (at most {settings.inject_items} items, {settings.inject_tokens} budget)")
     print(f"overall R@10 = {100 * statistics.mean(allv[10]):.1f}")
+    if dump is not None:
+        dump.close()
     store.close()
     tmp.cleanup()
     return 0
+
+
+def retokenize(store: Store) -> None:
+    """The chunks' search_text as raw ingest would write it today (index_text, tokenize)."""
+    rows = store.read(lambda c: c.execute("SELECT id, text, speaker, created_at FROM memories WHERE kind = 'chunk'").fetchall())
+    fresh = [(search_text(index_text(t, sp, at)), i) for i, t, sp, at in rows]
+    store.write(lambda c: c.executemany("UPDATE memories SET search_text = ? WHERE id = ?", fresh))
 
 
 def _turn_ids(store: Store, hits) -> dict[str, tuple[str, ...]]:

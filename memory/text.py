@@ -45,7 +45,17 @@ ZH_STOPWORDS = frozenset(
     "哪 哪里 哪个 这 那 这个 那个 在 也 有 被 把 给 让 从 向 对 于 上 下 中 里 之 为 以 其 "
     "还 又 很 太 更 最 过 去 来 会 能 要 想 说 请 一下 一些 吗 嗯 哦".split()
 )
+# Chinese question words, particles and asking phrases: they carry the asking, not what is asked
+# about, and a stored statement never holds them ("几个" / "哪些" / "来着" / "请问"). Matched as
+# whole jieba tokens only, so a word that merely contains one (吗啡, 呢子大衣) is kept.
+ZH_QUESTION_WORDS = frozenset(
+    "什么 啥 怎么 怎样 怎么样 如何 为什么 为何 哪 哪些 哪个 哪里 哪儿 哪几 哪几个 哪家 哪几家 哪位 哪种 "
+    "几 几个 几家 几次 几种 几位 几天 多少 多少次 多少个 多久 是不是 有没有 是否 能不能 可不可以 会不会 "
+    "吗 呢 吧 啊 呀 哇 嘛 么 啦 哈 嗯 哦 噢 喔 诶 哎 来着 请问 问问 问一下 一下 告诉 告诉我 知道 想知道 "
+    "记得 还记得 记不记得 帮 帮忙 麻烦 一共 总共 共 都 还".split()
+)
 STOPWORDS = EN_STOPWORDS | ZH_STOPWORDS
+QUERY_STOPWORDS = STOPWORDS | ZH_QUESTION_WORDS
 
 
 def normalize(text: str) -> str:
@@ -190,11 +200,74 @@ def set_jieba_cache_dir(path: Path) -> None:
     _jieba.cache_dir = Path(path)
 
 
+_ZH_DIGIT = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+_ZH_POWER = {"十": 10, "百": 100, "千": 1000}
+_ZH_NUMERAL_RUN = re.compile(r"[零〇一二两三四五六七八九十百千万]+")
+# What a number counts: a Chinese numeral run followed by one of these is a number (三次, 九百块,
+# 两个月); one that is not (三里屯, 一起, 万一, 星期三) is left alone, because it is part of a word.
+_ZH_UNITS = frozenset("月日号年点个块元次岁天周分秒斤公米本只位家件张层楼条份场部台辆间盒瓶杯碗")
+
+
+def _zh_int(run: str) -> int | None:
+    """The value of a Chinese numeral ("九百" 900, "二十三" 23, "一万五千" 15000, "二〇二四" 2024),
+    None when the run is not a well-formed number (万一, 千万, 十十)."""
+    if all(c in _ZH_DIGIT for c in run):
+        if len(run) > 1 and "两" in run:
+            return None
+        return int("".join(str(_ZH_DIGIT[c]) for c in run))
+    total, section, digit = 0, 0, None
+    for i, c in enumerate(run):
+        if c in _ZH_DIGIT:
+            if digit is not None and not (run[i - 1] in "零〇"):
+                return None
+            digit = _ZH_DIGIT[c]
+        elif c in _ZH_POWER:
+            if digit is None and not (c == "十" and i == 0 and section == 0 and total == 0):
+                return None
+            section += (1 if digit is None else digit) * _ZH_POWER[c]
+            digit = None
+        else:  # 万
+            if digit is None and section == 0:
+                return None
+            total += (section + (digit or 0)) * 10000
+            section, digit = 0, None
+    return total + section + (digit or 0)
+
+
+def normalize_numbers(text: str) -> str:
+    """Chinese numerals that count something as Arabic digits (九百块 -> 900块, 四月五日 -> 4月5日,
+    two-script numbers match in BM25); numeral runs inside words are kept. Idempotent."""
+
+    def repl(m: re.Match[str]) -> str:
+        run, after = m.group(), text[m.end(): m.end() + 1]
+        positional = any(c in "十百千万" for c in run)
+        if after in _ZH_UNITS or (positional and len(run) > 1):
+            value = _zh_int(run)
+            if value is not None:
+                return str(value)
+        return run
+
+    return _ZH_NUMERAL_RUN.sub(repl, text)
+
+
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+# 4月5日 / 4月5号 / 4月 -> "april 5": the English month name the index's date words use.
+_ZH_DATE = re.compile(r"(?<![\d个])(1[0-2]|0?[1-9])\s*月(?:份)?(?:\s*(3[01]|[12]\d|0?[1-9])\s*[日号])?")
+_ZH_YEAR = re.compile(r"(\d{4})\s*年")
+
+
+def _dates_in_words(text: str) -> str:
+    text = _ZH_YEAR.sub(r" \1 ", text)
+    return _ZH_DATE.sub(lambda m: f" {_MONTHS[int(m.group(1)) - 1]} {int(m.group(2)) if m.group(2) else ''} ", text)
+
+
 def tokenize(text: str) -> list[str]:
-    """Search tokens: lowercased words; CJK runs segmented by jieba's cut_for_search."""
+    """Search tokens: lowercased words, numbers in Arabic digits and Chinese dates as English
+    month words; CJK runs segmented by jieba's cut_for_search."""
     out: list[str] = []
     pos = 0
-    lowered = unicodedata.normalize("NFKC", text).lower()
+    lowered = _dates_in_words(normalize_numbers(unicodedata.normalize("NFKC", text).lower()))
     for m in _CJK_RUN.finditer(lowered):
         out.extend(_WORD.findall(lowered[pos : m.start()]))
         out.extend(t for t in _jieba.get().cut_for_search(m.group()) if t.strip())
@@ -211,7 +284,7 @@ def search_text(text: str) -> str:
 def query_terms(text: str) -> list[str]:
     """Query tokens without stopwords, deduplicated in order; all tokens if every one is a stopword."""
     toks = tokenize(text)
-    kept = [t for t in toks if t not in STOPWORDS and not (len(t) == 1 and t.isascii())]
+    kept = [t for t in toks if t not in QUERY_STOPWORDS and not (len(t) == 1 and t.isascii())]
     return list(dict.fromkeys(kept or toks))
 
 

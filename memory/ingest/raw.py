@@ -47,8 +47,9 @@ def embed_text(text: str, speaker: str | None, context: str | None, context_spea
 
 
 def index_text(text: str, speaker: str | None, created_at: datetime) -> str:
-    """What BM25 sees for a chunk: speaker, text and the date in words (month names match questions)."""
-    return f"{speaker or ''} {text} {created_at:%d %B %Y}"
+    """What BM25 sees for a chunk: speaker, text and the date in words (month names match questions
+    in English and, through tokenize's date words, 4月5日 in Chinese; the day unpadded, as said)."""
+    return f"{speaker or ''} {text} {created_at.day} {created_at:%B %Y}"
 
 
 def raw_rows(messages: Sequence[RawMessage], needs_facts: bool = False) -> list[NewMemory]:

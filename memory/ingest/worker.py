@@ -199,7 +199,8 @@ class IngestWorker:
 
     # --- raw path --------------------------------------------------------------------------
     def _store_raw(self, qid, space_id, session_id, turn_id, messages, created_at, needs_facts: bool) -> None:
-        raws = _raw_messages(space_id, session_id, turn_id, messages, created_at)
+        before = self.store.read(lambda c: _previous_message(c, qid, space_id, session_id))
+        raws = _raw_messages(space_id, session_id, turn_id, messages, created_at, before)
         hashes = {r[0] for r in self.store.read(lambda c: c.execute(
             "SELECT content_hash FROM memories WHERE space_id = ? AND kind = 'chunk' AND status = 'active'",
             [space_id]).fetchall())}
@@ -217,6 +218,8 @@ class IngestWorker:
     async def _ingest(self, qid, space_id, session_id, turn_id, messages: list[TurnMessage], created_at) -> None:
         s = self.settings
         drafts = [_Draft(msg=m, n=i) for i, m in enumerate(messages, start=1)]
+        # No cross-turn context here: the same vector finds near-duplicates, and the 0.93
+        # threshold is calibrated on opening messages embedded alone.
         raws = _raw_messages(space_id, session_id, turn_id, messages, created_at)
         # 1. Exact duplicates: skipped without an LLM call; their facts point at the old chunk.
         existing = dict(await self.store.aread(lambda c: c.execute(
@@ -378,10 +381,28 @@ class IngestWorker:
         return handled
 
 
-def _raw_messages(space_id, session_id, turn_id, messages: Sequence[TurnMessage], created_at: datetime) -> list[RawMessage]:
-    """Chunks of a turn; each carries the message before it as retrieval context."""
+def _previous_message(con: Conn, qid: str, space_id: str, session_id: str | None) -> TurnMessage | None:
+    """The last message of the turn queued before this one in the same session (None across
+    sessions): the context of this turn's opening message, as the recall bench embeds it."""
+    if session_id is None:
+        return None
+    row = con.execute(
+        """SELECT q.payload FROM ingest_queue q, (SELECT created_at, id FROM ingest_queue WHERE id = ?) me
+           WHERE q.space_id = ? AND q.session_id = ?
+             AND (q.created_at < me.created_at OR (q.created_at = me.created_at AND q.id < me.id))
+           ORDER BY q.created_at DESC, q.id DESC LIMIT 1""", [qid, space_id, session_id]).fetchone()
+    if row is None:
+        return None
+    said = [m for m in decode_payload(row[0])[0] if m.role != "tool"]
+    return said[-1] if said else None
+
+
+def _raw_messages(space_id, session_id, turn_id, messages: Sequence[TurnMessage], created_at: datetime,
+                  before: TurnMessage | None = None) -> list[RawMessage]:
+    """Chunks of a turn; each carries the message before it (for the first one, `before`: the
+    session's previous message) as retrieval context."""
     out = []
-    prev: TurnMessage | None = None
+    prev: TurnMessage | None = before
     for i, m in enumerate(messages):
         out.append(RawMessage(space_id=space_id, role=m.role, text=m.text, speaker=m.speaker,
                               created_at=created_at + timedelta(milliseconds=i), session_id=session_id,

@@ -115,3 +115,49 @@ def speaker_boost(scores: Mapping[str, float], speakers: Mapping[str, str | None
         if who and doc in out and who.lower() in words:
             out[doc] *= 1.0 + boost
     return out
+
+
+def expand_to_neighbours(scores: Mapping[str, float], neighbours: Mapping[str, Sequence[str]], top: int = 5,
+                         weight: float = 0.6) -> dict[str, float]:
+    """Second step from the first results: each of the `top` best memories lends
+    weight * its score to the memories said next to it in its session:
+        score(n) = max(score(n), weight * max_{d in top, n next to d} score(d)).
+
+    The answer to "what did I ask for when you recommended X?" sits in the turn before the one
+    naming X; "what is its phone number?" is answered by the turn after the question naming it.
+    """
+    out = dict(scores)
+    for doc in sorted(scores, key=lambda d: -scores[d])[:top]:
+        for n in neighbours.get(doc, ()):
+            out[n] = max(out.get(n, 0.0), weight * scores[doc])
+    return out
+
+
+def content_mmr(scores: Mapping[str, float], tokens: Mapping[str, frozenset[str]], limit: int, lam: float = 0.7,
+                ignore: frozenset[str] = frozenset()) -> list[str]:
+    """MMR for a count or list query, with the similarity of two memories = the Jaccard overlap
+    of their words outside the query (`ignore`):
+        pick argmax lam * rel(d) - (1 - lam) * max_{p picked} J(words(d) - q, words(p) - q).
+
+    "Which events were in Shanghai?" wants every "I went to X in Shanghai": their vectors are
+    close (same frame, same city), but what they are about (X) differs. Two memories about the
+    same X overlap and the second is pushed down.
+    """
+    if not scores:
+        return []
+    docs = sorted(scores, key=lambda d: -scores[d])
+    top = scores[docs[0]] or 1.0
+    words = {d: tokens.get(d, frozenset()) - ignore for d in docs}
+    picked: list[str] = []
+    free = list(docs)
+    max_sim = dict.fromkeys(docs, 0.0)
+    while free and len(picked) < limit:
+        best = max(free, key=lambda d: lam * scores[d] / top - (1.0 - lam) * max_sim[d])
+        picked.append(best)
+        free.remove(best)
+        wb = words[best]
+        for d in free:
+            wd = words[d]
+            if wb and wd:
+                max_sim[d] = max(max_sim[d], len(wb & wd) / len(wb | wd))
+    return picked

@@ -17,11 +17,12 @@ from datetime import UTC, datetime
 import numpy as np
 
 from memory.recall import ranking
+from memory.recall.query import time_span, wants_many
 from memory.embed import Embedder
 from memory.store.keywords import keyword_candidates
 from memory.store.rows import utc_naive
 from memory.store.connection import Conn, Store
-from memory.text import query_terms
+from memory.text import STOPWORDS, query_terms
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,17 @@ class RecallSettings:
     search_default: int = 10
     search_max: int = 20
     fold_overlap: float = 0.7
+    # A count or list query ("how many", 哪些, 一共): this many times the candidates, and MMR over
+    # what the memories are about (their words outside the query) instead of their vectors.
+    many_factor: int = 2
+    many_mmr_lambda: float = 0.7
+    # Second step from the first results: the `expand_top` best lend `expand_weight` x their
+    # score to the `expand_window` chunks said before and after them in their session.
+    expand_top: int = 5
+    expand_weight: float = 0.6
+    expand_window: int = 1
+    # Memories inside the span a query's time words point at ("last week", 上周, 去年): x (1 + boost).
+    time_boost: float = 0.3
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +130,12 @@ class Recaller:
             qvec = None
         t1 = time.perf_counter()
         n = max(limit * s.candidate_factor, s.min_candidates)
+        many = wants_many(query)
+        if many:
+            n *= max(1, s.many_factor)
         terms = query_terms(query)
         hits = self.store.read(lambda con: self._search(con, qvec, terms, query, list(space_ids), n, limit, kinds,
-                                                        utc_naive(now or self._clock())))
+                                                        utc_naive(now or self._clock()), many))
         self.last_timing = RecallTiming((t1 - t0) * 1000, (time.perf_counter() - t1) * 1000)
         return hits
 
@@ -134,7 +149,7 @@ class Recaller:
             return []
 
     # ------------------------------------------------------------------------------------------
-    def _search(self, con: Conn, qvec, terms, query_text, spaces, n, limit, kinds, now) -> list[MemoryHit]:
+    def _search(self, con: Conn, qvec, terms, query_text, spaces, n, limit, kinds, now, many=False) -> list[MemoryHit]:
         # Imported here: this method is the only part of the module that uses them.
         from memory.store.keywords import sql_strings
         from memory.store.vectors import cache_for, fetch_vectors
@@ -168,14 +183,30 @@ class Recaller:
         if s.speaker_boost:
             fused = ranking.speaker_boost(fused, {d: by_id[d][8] for d in fused if d in by_id}, query_text, s.speaker_boost)
         scores: dict[str, float] = {}
+        span = time_span(query_text, now) if s.time_boost else None
         for doc, base in fused.items():
             r = by_id.get(doc)
             if r is None:
                 continue
             score = base * (s.pinned_boost if r[6] else 1.0)
             score *= ranking.time_decay(ranking.age_days(r[5], now), s.half_life_days, s.decay_floor)
+            if span is not None and r[5] in span:
+                score *= 1.0 + s.time_boost
             scores[doc] = score
-        if s.mmr_lambda < 1:
+        if s.expand_weight > 0 and s.expand_top > 0 and (not kinds or "chunk" in kinds):
+            best = sorted(scores, key=lambda d: -scores[d])[: s.expand_top]
+            near = _neighbours(con, [d for d in best if by_id[d][1] == "chunk"], spaces, s.expand_window)
+            new = [d for ds in near.values() for d in ds if d not in by_id]
+            if new:
+                by_id |= {r[0]: r for r in con.execute(
+                    _ROW_SQL.format(ids=sql_strings(new), spaces=sql_strings(spaces))).fetchall()}
+            near = {d: [x for x in ds if x in by_id] for d, ds in near.items()}
+            scores = ranking.expand_to_neighbours(scores, near, s.expand_top, s.expand_weight)
+        if many and s.many_mmr_lambda < 1:
+            words = dict(con.execute(f"SELECT id, search_text FROM memories WHERE id IN ({sql_strings(list(scores))})").fetchall())
+            order = ranking.content_mmr(scores, {d: frozenset(t.split()) for d, t in words.items()}, limit,
+                                        s.many_mmr_lambda, frozenset(terms) | STOPWORDS)
+        elif s.mmr_lambda < 1:
             missing = [d for d in scores if d not in vectors]
             vectors |= cache.vectors(missing)
             vectors |= fetch_vectors(con, [d for d in missing if d not in vectors])
@@ -202,3 +233,28 @@ class Recaller:
                       speaker=by_id[d][8], category=by_id[d][9], source_ids=sources.get(d, ()))
             for d, sc in kept
         ]
+
+
+# The chunks said just before and after each hit in its session, nearest first on each side.
+_NEIGHBOUR_SQL = """
+WITH h AS MATERIALIZED (
+    SELECT id, session_id, created_at FROM memories WHERE id IN ({ids}) AND session_id IS NOT NULL
+),
+near AS (
+    SELECT h.id AS hid, m.id AS nid,
+           row_number() OVER (PARTITION BY h.id, m.created_at < h.created_at
+                              ORDER BY abs(epoch(m.created_at) - epoch(h.created_at)), m.id) AS rn
+    FROM memories m JOIN h ON m.session_id = h.session_id AND m.id <> h.id
+    WHERE m.space_id IN ({spaces}) AND m.status = 'active' AND m.kind = 'chunk'
+)
+SELECT hid, list(nid ORDER BY rn) FROM near WHERE rn <= {window} GROUP BY hid
+"""
+
+
+def _neighbours(con: Conn, ids: Sequence[str], spaces: Sequence[str], window: int) -> dict[str, list[str]]:
+    from memory.store.keywords import sql_strings
+
+    if not ids or window <= 0:
+        return {}
+    return {h: list(ns) for h, ns in con.execute(_NEIGHBOUR_SQL.format(
+        ids=sql_strings(ids), spaces=sql_strings(spaces), window=int(window))).fetchall()}

@@ -7,6 +7,7 @@ import json
 import re
 from datetime import timedelta
 
+import numpy as np
 import pytest
 
 from memory.ingest.capture import CapturedTurn, TurnMessage, capture
@@ -217,3 +218,27 @@ async def test_a_turn_is_ingested_once(engine, fake_llm, clock):
     await engine.worker.drain()
     assert fake_llm.calls == 1
     assert len(facts_of(engine)) == 1
+
+
+async def test_a_turns_first_message_is_embedded_with_the_sessions_previous_message(store, embedder, clock, tmp_path):
+    """Production = bench: every chunk's vector carries the message before it in its session
+    (bench/recall_locomo.py measures exactly that), also across turns; never across sessions."""
+    from memory.ingest.raw import embed_text
+    from memory.store.vectors import fetch_vectors
+
+    engine = MemoryEngine(store, embedder, None, data_dir=tmp_path, clock=clock.now)
+    await say(engine, clock, "Which day is the pottery class?", reply="It is on Tuesday evenings.", session="s1")
+    clock.advance(minutes=1)
+    await say(engine, clock, "Great, book it for me.", reply="Booked.", session="s1")
+    clock.advance(minutes=1)
+    await say(engine, clock, "Hello again.", reply="Hi!", session="s2")
+    rows = dict(store.read(lambda c: c.execute("SELECT text, id FROM memories").fetchall()))
+    got = store.read(lambda c: fetch_vectors(c, list(rows.values())))
+
+    def expected(text, context, context_speaker):
+        return embedder.embed_passages([embed_text(text, None, context, context_speaker)])[0]
+
+    assert np.allclose(got[rows["Great, book it for me."]], expected("Great, book it for me.", "It is on Tuesday evenings.", "assistant"), atol=1e-5)
+    assert np.allclose(got[rows["Booked."]], expected("Booked.", "Great, book it for me.", "user"), atol=1e-5)
+    assert np.allclose(got[rows["Hello again."]], expected("Hello again.", None, None), atol=1e-5)
+    assert np.allclose(got[rows["Which day is the pottery class?"]], expected("Which day is the pottery class?", None, None), atol=1e-5)

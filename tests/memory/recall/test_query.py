@@ -1,0 +1,150 @@
+"""Query processing of recall: Chinese question words and numbers (property tests), count/list
+and time-word reading, and the two recall paths they drive: the count/list path (wider,
+diversified by content) and the multi-hop second step (session neighbours of the best hits)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memory.ingest.raw import RawMessage, store_raw
+from memory.recall import ranking
+from memory.recall.query import time_span, wants_many
+from memory.recall.search import Recaller, RecallSettings
+from memory.store.keywords import keyword_candidates, rebuild_index
+from memory.text import STOPWORDS, ZH_QUESTION_WORDS, normalize_numbers, query_terms, tokenize
+
+NOW = datetime(2026, 3, 11, 12, 0)  # a Wednesday
+
+PARTICLES = sorted(ZH_QUESTION_WORDS) + ["？", "，", "?", " "]
+CONTENT = ["上海", "咖啡", "猫", "吗啡", "呢子大衣", "三里屯", "护照", "牙医", "生日", "钢琴", "北京饭店", "火锅", "Berlin", "piano"]
+NUMERALS = st.text(alphabet="零〇一二两三四五六七八九十百千万月日号年块个次天里起些屯0123456789 ", max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(NUMERALS)
+def test_number_normalisation_is_idempotent(text):
+    once = normalize_numbers(text)
+    assert normalize_numbers(once) == once
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=30))
+def test_number_normalisation_is_idempotent_on_any_text(text):
+    once = normalize_numbers(text)
+    assert normalize_numbers(once) == once
+
+
+def test_numbers_and_dates_read_the_same_in_both_scripts():
+    assert normalize_numbers("九百块") == "900块" and normalize_numbers("二十三岁") == "23岁"
+    assert normalize_numbers("一万五千元") == "15000元" and normalize_numbers("两个月") == "2个月"
+    for word in ("三里屯", "一起", "万一", "千万别", "星期三", "一些"):  # numerals inside words stay
+        assert normalize_numbers(word) == word
+    assert {"april", "5"} <= set(tokenize("四月五日")) and {"april", "5"} <= set(tokenize("4月5号"))
+    assert {"900"} <= set(tokenize("花了九百")) & set(tokenize("spent 900"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(PARTICLES), st.sampled_from(CONTENT)), min_size=1, max_size=8),
+       st.sampled_from(CONTENT))
+def test_question_particles_never_remove_a_content_word(pieces, word):
+    """Wrapped in any question words and particles, a content word's own terms survive."""
+    query = "，".join([*pieces, word])
+    kept = set(query_terms(query))
+    assert set(query_terms(word)) <= kept
+    assert not kept & ZH_QUESTION_WORDS
+
+
+def test_question_words_leave_the_keyword_query():
+    terms = query_terms("请问我一共去过几次上海呀？都是哪些时候来着")
+    assert "上海" in terms
+    assert not {"请问", "一共", "几次", "哪些", "呀", "来着"} & set(terms)
+
+
+def test_count_and_list_queries_are_recognised():
+    for q in ("How many times did I go hiking?", "Which books did Mel read?", "我一共去过几次上海？",
+              "我参加过哪些活动？", "你推荐过的酒店里哪几家在东城区？", "List all the pets I have"):
+        assert wants_many(q), q
+    for q in ("What is my cat's name?", "我的猫叫什么名字？", "When did Caroline go to the support group?"):
+        assert not wants_many(q), q
+
+
+def test_time_words_point_at_spans_relative_to_the_questions_date():
+    monday = datetime(2026, 3, 9)
+    assert time_span("上周我买了什么？", NOW) == time_span("what did I buy last week?", NOW)
+    span = time_span("上周我买了什么？", NOW)
+    assert span.start == monday - timedelta(days=7) and span.end == monday
+    assert datetime(2026, 3, 10) in time_span("昨天吃了什么", NOW)
+    assert datetime(2025, 6, 1) in time_span("去年夏天去了哪里", NOW) and datetime(2026, 1, 2) not in time_span("去年", NOW)
+    assert datetime(2026, 3, 8, 12) in time_span("3 days ago", NOW) and datetime(2026, 3, 8, 12) in time_span("三天前", NOW)
+    assert datetime(2026, 1, 11) in time_span("两个月前", NOW)
+    assert time_span("我的猫叫什么名字？", NOW) is None
+
+
+def say(store, embedder, space, session, lines, start):
+    msgs = []
+    prev = None
+    for i, (who, text) in enumerate(lines):
+        msgs.append(RawMessage(space_id=space, role="user" if who == "用户" else "assistant", text=text, speaker=who,
+                               created_at=start + timedelta(seconds=30 * i), session_id=session,
+                               turn_id=f"{session}:{i}", context=prev[1] if prev else None,
+                               context_speaker=prev[0] if prev else None))
+        prev = (who, text)
+    return store_raw(store, embedder, msgs, dedup=False)
+
+
+def test_numbers_match_across_scripts_in_keyword_search(store, embedder):
+    ids = say(store, embedder, "u", "s1", [("用户", "我花了900块买了一双跑鞋"), ("用户", "我买了一本书")], NOW - timedelta(days=3))
+    rebuild_index(store)
+    kw = store.read(lambda c: keyword_candidates(c, query_terms("我花九百块买了什么？"), ["u"], 5))
+    assert kw[0][0] == ids[0]
+
+
+def test_the_second_step_finds_the_turn_next_to_the_one_that_names_the_entity(store, embedder):
+    """"What did I ask for when you recommended X?": the answer is the user's turn before the
+    one naming X, which shares no word with the question."""
+    start = NOW - timedelta(days=30)
+    ids = say(store, embedder, "u", "s1", [("用户", "帮我找一家便宜点、安静的地方。"), ("助手", "推荐您去老北京炸酱面馆。")], start)
+    for n, (a, b) in enumerate([("今天天气怎么样？", "今天晴，适合出门。"), ("我想去看电影。", "推荐您看新上映的动画片。"),
+                                ("附近有公园吗？", "推荐您去朝阳公园。"), ("帮我订个闹钟。", "好的，已经订好了。")]):
+        say(store, embedder, "u", f"s{n + 2}", [("用户", a), ("助手", b)], start + timedelta(days=n + 1))
+    rebuild_index(store)
+    query = "你推荐老北京炸酱面馆那次，我一开始提了什么要求？"
+    with_step = [h.id for h in Recaller(store, embedder).search(query, ["u"], limit=3, now=NOW)]
+    without = [h.id for h in Recaller(store, embedder, RecallSettings(expand_weight=0)).search(query, ["u"], limit=3, now=NOW)]
+    assert with_step[0] == ids[1] and ids[0] in with_step
+    assert ids[0] not in without
+
+
+def test_neighbours_never_cross_a_session_or_a_space(store, embedder):
+    start = NOW - timedelta(days=2)
+    mine = say(store, embedder, "u", "s1", [("用户", "我养了一只猫。"), ("用户", "它叫小白。")], start)
+    say(store, embedder, "v", "s1", [("用户", "我的密码提示是生日。")], start + timedelta(seconds=15))
+    say(store, embedder, "u", "s2", [("用户", "我明天去牙医那里。")], start + timedelta(seconds=45))
+    rebuild_index(store)
+    hits = Recaller(store, embedder).search("我养的猫", ["u"], limit=10, now=NOW)
+    assert {h.space_id for h in hits} == {"u"}
+    assert mine[1] in {h.id for h in hits}
+
+
+def test_content_mmr_keeps_distinct_items_and_pushes_a_repeat_down():
+    scores = {"a": 1.0, "a2": 0.98, "b": 0.9, "c": 0.85, "d": 0.8}
+    words = {"a": frozenset("我 在 上海 看 了 话剧".split()), "a2": frozenset("我 在 上海 看 了 话剧 很 好看".split()),
+             "b": frozenset("我 在 上海 参加 马拉松".split()), "c": frozenset("我 在 上海 吃 了 小笼包".split()),
+             "d": frozenset("我 在 上海 逛 了 外滩".split())}
+    order = ranking.content_mmr(scores, words, 4, 0.7, frozenset({"上海"}) | STOPWORDS)
+    assert order == ["a", "b", "c", "d"]
+    assert ranking.content_mmr(scores, words, 5, 1.0) == ["a", "a2", "b", "c", "d"]
+
+
+def test_a_list_query_returns_every_matching_item(store, embedder):
+    start = NOW - timedelta(days=40)
+    events = ["我在上海看了一场话剧。", "我在上海参加了一次马拉松。", "我在上海吃了小笼包。", "我在上海逛了外滩。", "我在上海听了一场音乐会。"]
+    lines = [("用户", e) for e in events] + [("用户", "我在上海看了一场话剧，很好看。"), ("用户", "我在上海看了一场话剧，演员很棒。")]
+    lines += [("用户", t) for t in ("我在杭州看了西湖。", "我在北京吃了烤鸭。", "我在广州喝了早茶。", "我在成都吃了火锅。")]
+    ids = say(store, embedder, "u", "s1", lines, start)
+    rebuild_index(store)
+    hits = Recaller(store, embedder).search("我在上海都参加过哪些活动？", ["u"], limit=5, now=NOW)
+    assert set(ids[:5]) == {h.id for h in hits}
