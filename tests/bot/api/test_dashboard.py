@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from bot.api.sessions import COOKIE
+from memory.store.rows import add_sources
+from tests.bot.api.test_memories import wait_done
 from tests.bot.api.test_routes import _dm
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -72,7 +74,8 @@ class Page:
         return path
 
 
-async def _seed(api) -> tuple[str, str]:
+async def _seed(api) -> tuple[str, str, str]:
+    """Four facts (entities for Insight), and a fact whose source is a captured turn's message."""
     key = api.key("u_alice")
     texts = [("Ana lives in Lisbon", ["family"]), ("Ana visited Lisbon in March", ["travel"]),
              ("Bruno works at Acme in Porto", ["work"]), ("我和张伟在北京见面", ["travel"])]
@@ -81,14 +84,20 @@ async def _seed(api) -> tuple[str, str]:
         status, m, _ = await api.call("POST", "/api/v1/memories", key, json={"content": text, "tags": tags})
         assert status == 201
         ids.append(m["id"])
-    return key, ids[2]
+    turn = {"messages": [{"role": "user", "content": "my cat Miso turned three today"}], "session_id": "s1"}
+    status, job, _ = await api.call("POST", "/api/v1/memories", key, json=turn)
+    chunk = (await wait_done(api, key, job["job_id"]))["memory_ids"][0]
+    _, fact, _ = await api.call("POST", "/api/v1/memories", key, json={"content": "Miso the cat is three years old"})
+    # Provenance as the ingest records it when it distils a fact from a message.
+    await api.app.store.awrite(lambda c: add_sources(c, [fact["id"]], [chunk]))
+    return key, ids[2], fact["id"]
 
 
 async def test_dashboard_in_chromium(api, shots):
     _browser_or_skip()
     from playwright.async_api import async_playwright
 
-    key, bruno = await _seed(api)
+    key, bruno, miso = await _seed(api)
     base = api.app.extras["api"].url
     saved: list[Path] = []
     async with async_playwright() as pw:
@@ -115,6 +124,19 @@ async def test_dashboard_in_chromium(api, shots):
             await item.locator(".badge.pinned").wait_for()
             status, m, _ = await api.call("GET", f"/api/v1/memories/{bruno}", key)
             assert m["text"] == "Bruno works at Acme in Braga" and m["pinned"] is True and m["version"] == 3
+            # Provenance: the fact's source message.
+            fact = p.page.locator(f"li.memory[data-id='{miso}']")
+            await fact.get_by_role("button", name="Sources (1)").click()
+            await fact.locator("ol.sources blockquote", has_text="my cat Miso turned three today").wait_for()
+            # Forget asks first: Cancel keeps the memory, Confirm forgets it.
+            await fact.get_by_role("button", name="Forget").click()
+            await p.page.locator("#confirm-no").click()
+            assert (await api.call("GET", f"/api/v1/memories/{miso}", key))[0] == 200
+            await fact.get_by_role("button", name="Forget").click()
+            await p.page.locator("#confirm-yes").click()
+            await fact.wait_for(state="detached")
+            status, gone, _ = await api.call("GET", f"/api/v1/memories/{miso}", key)
+            assert status == 404 or gone["status"] != "active"
             # Search shows production recall scores.
             await p.page.get_by_label("Search", exact=True).fill("Lisbon")
             await p.page.click("#mem-go")
@@ -127,7 +149,8 @@ async def test_dashboard_in_chromium(api, shots):
             assert await p.page.locator("#pulse-chart svg g.bar rect.seg").count() >= 1
             await p.page.locator("#pulse-chart svg g.bar:has(rect.seg)").last.click()
             await p.page.locator("#pulse-list li.memory").first.wait_for()
-            assert await p.page.locator("#pulse-list li.memory").count() == 4
+            listed = (await api.call("GET", "/api/v1/memories", key))[1]["total"]  # all made today
+            assert await p.page.locator("#pulse-list li.memory").count() == listed >= 5
             saved.append(await p.shot("pulse"))
 
             # Insight: the entity graph with nodes and edges; an entity lists its memories.
@@ -143,6 +166,16 @@ async def test_dashboard_in_chromium(api, shots):
             await p.go("skills")
             await p.page.locator("#tasks-h").wait_for()
             saved.append(await p.shot("skills"))
+            # SKILL.md rendering and the version diff, run in the browser: markup in a skill stays text.
+            md = await p.page.evaluate("""async () => {
+                const m = await import('/static/markdown.js');
+                const el = m.renderMarkdown('# Backup\\n\\n- run `pg_dump`\\n- **check** <img src=x onerror=alert(1)>\\n');
+                const d = m.diffLines('a\\nb\\nc', 'a\\nB\\nc').map((x) => x.op + x.line);
+                return {html: el.innerHTML, imgs: el.querySelectorAll('img').length, diff: d};
+            }""")
+            assert md["imgs"] == 0 and "&lt;img" in md["html"] and "<code>pg_dump</code>" in md["html"]
+            assert "<h3>Backup</h3>" in md["html"] and "<strong>check</strong>" in md["html"]
+            assert md["diff"] == [" a", "-b", "+B", " c"]
             api.app.extras["usage"].add("reply", "openai/gpt-4o-mini", True, 100, 20)
             await p.go("usage")
             await p.page.locator("#usage-box svg rect.seg").first.wait_for()
