@@ -21,6 +21,8 @@ export const h = (tag, attrs, ...children) => build(document.createElement(tag),
 export const s = (tag, attrs, ...children) => build(document.createElementNS(SVG_NS, tag), attrs, children);
 
 export function clear(el) { el.replaceChildren(); return el; }
+/** Replace el's children, skipping null/false like h() does (native append would print "null"). */
+export const fill = (el, ...children) => build(clear(el), {}, children);
 
 /** Enter and Space activate an element that is not a native button (SVG bars, graph nodes). */
 export function pressable(el, action) {

@@ -73,7 +73,7 @@ async function jobsAndHealth(box) {
   const [jobs, stats, health] = await Promise.all([get('/api/v1/admin/jobs', {limit: 20}), get('/api/v1/admin/stats'),
     fetch('/healthz').then((r) => r.json())]);
   clear(box).append(
-    section('health', t('admin.health'), h('p', {class: `badge health-${health.status}`}, t(`health.${health.status}`, {}, health.status)),
+    section('health', t('admin.health'), h('p', {}, h('span', {class: `badge health-${health.status}`}, t(`health.${health.status}`, {}, health.status))),
       h('dl', {class: 'kv'},
         h('dt', {}, t('admin.database')), h('dd', {}, health.database),
         h('dt', {}, t('admin.queue')), h('dd', {}, String(health.ingest_queue)),

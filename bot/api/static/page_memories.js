@@ -1,7 +1,7 @@
 // Memories: search with the production recall (scores shown), filters, edit, pin, forget (one or
 // many, confirmed), and a fact's provenance (its source messages).
 import {api, get} from './api.js';
-import {clear, field, fmtTime, h} from './dom.js';
+import {clear, field, fill, fmtTime, h} from './dom.js';
 import {t} from './i18n.js';
 
 const PAGE = 20;
@@ -55,7 +55,7 @@ export function memoryItem(m, ctx, selected, onChange) {
     const extra = h('div', {class: 'extra'});
     const tick = selected ? h('input', {type: 'checkbox', 'aria-label': t('mem.select'), checked: selected.has(m.id),
       onchange: (e) => (e.target.checked ? selected.add(m.id) : selected.delete(m.id))}) : null;
-    clear(li).append(
+    fill(li,
       h('div', {class: 'mhead'}, tick,
         h('span', {class: `badge kind-${m.kind}`}, t(`kind.${m.kind}`)),
         m.category ? h('span', {class: 'badge'}, m.category) : null,
