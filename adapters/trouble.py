@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+
+from bot.channel import TroubleHook
 
 __all__ = ["TROUBLE_REPEAT_S", "TroubleHook", "TroubleNotices"]
 
 log = logging.getLogger(__name__)
 
-TroubleHook = Callable[[str], Awaitable[None]]
 TROUBLE_REPEAT_S = 3600.0  # the same kind of trouble is told again after this long at most once
 
 # Set while a notice is being delivered: a send failing inside it must not report again.

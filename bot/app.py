@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bot.channel import Channel
+from bot.channel import Channel, ReportsTrouble, ShowsCommandMenu
 from bot.access import ACCESS_MIGRATIONS, Access
 from bot.agent import Agent, AgentSettings
 from bot.commands import Commands
@@ -197,9 +197,11 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                                                public_space=access.PUBLIC_SPACE))
     for ch in channels:
         gateway.add_channel(ch)
-        # A channel that can lose its login (WeChat iLink) tells the owner on another channel.
-        if getattr(ch, "on_session_expired", False) is None:
-            ch.on_session_expired = gateway.notify_owner
+        # A channel in trouble (a lost login, replies refused) tells the owner, on another channel if need be.
+        if isinstance(ch, ReportsTrouble) and ch.on_trouble is None:
+            ch.on_trouble = gateway.notify_owner
+        if isinstance(ch, ShowsCommandMenu):
+            ch.set_command_menu(commands.menu())
     app = App(settings=settings, store=store, engine=engine, access=access, pairing=pairing, linking=linking,
               sessions=sessions, gateway=gateway,
               commands=commands, llm=llm, memory_llm=memory_llm, clock=clock, extras=extras)

@@ -1,9 +1,12 @@
-"""The Channel protocol every adapter implements, and the callback it hands messages to."""
+"""The Channel protocol every adapter implements, the callback it hands messages to, and the
+optional start-up hooks the composition root (bot.app) fills in: who hears of channel trouble,
+and the command menu a platform can show."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from bot.message import Message, Reply
@@ -11,6 +14,9 @@ from bot.message import Message, Reply
 # The gateway's entry point: an adapter awaits it for every inbound message. It returns quickly
 # (the message is queued, not answered); replies come back through Channel.send.
 InboundHandler = Callable[[Message], Awaitable[None]]
+
+# Called by a channel with a line the owner must read: a lost login, replies the platform refuses.
+TroubleHook = Callable[[str], Awaitable[None]]
 
 
 @runtime_checkable
@@ -33,4 +39,28 @@ class Channel(Protocol):
 
     def typing(self, message: Message) -> AbstractAsyncContextManager[None]:
         """Show 'typing...' in the message's chat while the agent works (a no-op where unsupported)."""
+        ...
+
+
+@runtime_checkable
+class ReportsTrouble(Protocol):
+    """A channel that can meet trouble only the owner can fix; `on_trouble` None = not wired yet."""
+
+    on_trouble: TroubleHook | None
+
+
+@dataclass(frozen=True, slots=True)
+class MenuCommand:
+    """One chat command as a platform's command menu shows it."""
+
+    name: str  # without the slash
+    description: str
+
+
+@runtime_checkable
+class ShowsCommandMenu(Protocol):
+    """A channel whose platform shows a command menu (Telegram's setMyCommands)."""
+
+    def set_command_menu(self, commands: Sequence[MenuCommand]) -> None:
+        """Remember the menu; the channel registers it with the platform when it starts."""
         ...

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from bot.access import Access, Allowed, Role
+from bot.channel import MenuCommand
 from bot.linking import Linking
 from bot.pairing import APPROVED_TEXT, Pairing
 from bot.errors import MemgateError
@@ -128,6 +129,19 @@ class Commands:
 
     def register(self, name: str, handler: Handler, help_text: str, admin: bool = False) -> None:
         self._table[name] = _Command(handler, help_text, admin)
+
+    def menu(self) -> list[MenuCommand]:
+        """The commands everyone may use, for a platform's command menu (admin ones stay off it).
+
+        The description is the help text after "/name ...: ", or the help text itself.
+        """
+        items = []
+        for name, cmd in self._table.items():
+            if cmd.admin or not cmd.help:
+                continue
+            usage, sep, description = cmd.help.partition(": ")
+            items.append(MenuCommand(name, (description if sep else usage.lstrip("/")).strip()))
+        return items
 
     async def handle(self, ctx: CommandContext) -> str | Reply | None:
         """Answer a /command; None when it is not one of ours (the agent gets the text)."""

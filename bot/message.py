@@ -21,6 +21,14 @@ class Kind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Media:
+    """Something that came with a message besides text: its kind and the platform's opaque file id."""
+
+    kind: Kind
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     """One inbound message, already stripped of every platform object.
 
@@ -41,6 +49,14 @@ class Message:
     thread_id: str | None = None
     sender_name: str = ""
     kind: Kind = Kind.TEXT
+    media: tuple[Media, ...] = ()  # a photo, voice, file... that came with it (a caption is `text`)
+
+    @property
+    def text_for_agent(self) -> str:
+        """The text as the agent reads it: what came with it named first ("[photo] look at this")."""
+        if not self.media:
+            return self.text
+        return " ".join([*(f"[{m.kind.value}]" for m in self.media), self.text]).strip()
 
     @property
     def conversation_key(self) -> str:

@@ -2,7 +2,10 @@
 
 Updates become `bot.message.Message` (every kind, media included: the gateway decides what to
 answer); a `Reply` is split on its markdown source at Telegram's 4096 limit, each part is sent
-as HTML and, when Telegram cannot parse it, again as plain text.
+as HTML and, when Telegram cannot parse it, again as plain text. Our @username comes from getMe;
+a group command addressed to another bot ("/help@other_bot") is none of ours and never reaches
+the gateway. The command menu the composition root hands over is registered at start
+(setMyCommands).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -21,11 +24,11 @@ from telegram.constants import ChatAction, ChatType, MessageEntityType, ParseMod
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder, ContextTypes, TypeHandler
 
-from bot.channel import InboundHandler
+from bot.channel import InboundHandler, MenuCommand
 from adapters.split import split_message
 from adapters.telegram.format import markdown_to_plain, markdown_to_telegram_html
 from bot.errors import ChannelError
-from bot.message import Kind, Message, Reply
+from bot.message import Kind, Media, Message, Reply
 
 __all__ = ["TELEGRAM_CAPTION_LIMIT", "TELEGRAM_TEXT_LIMIT", "TelegramAdapter", "message_from_update", "utf16_len"]
 
@@ -34,6 +37,12 @@ log = logging.getLogger(__name__)
 TELEGRAM_TEXT_LIMIT = 4096
 TELEGRAM_CAPTION_LIMIT = 1024
 ALLOWED_UPDATES = (Update.MESSAGE, Update.EDITED_MESSAGE)
+# setMyCommands: 1-32 of a-z, 0-9 and _ per name; 1-256 characters per description; 100 commands.
+_MENU_NAME = re.compile(r"[a-z0-9_]{1,32}")
+_MENU_DESCRIPTION_LIMIT = 256
+_MENU_LIMIT = 100
+# A leading "/command@botname": the @botname says which bot of the group the command is for.
+_ADDRESSED_COMMAND = re.compile(r"^\s*/[A-Za-z0-9_]+@([A-Za-z0-9_]+)")
 # Loggers whose records can quote the token (request URLs, "Set Bot API URL", InvalidToken).
 # A logger's filter only sees records created on that very logger, hence the full list.
 _TOKEN_LOGGERS = (
@@ -93,11 +102,16 @@ class TelegramAdapter:
         self._typing_tasks: set[asyncio.Task[None]] = set()
         self._sending: set[asyncio.Task[Any]] = set()
         self._redact = _RedactToken(token)
+        self._menu: tuple[MenuCommand, ...] = ()
 
     @property
     def bot_username(self) -> str | None:
         """The bot's @username without the @ (known after start)."""
         return self._bot_username
+
+    def set_command_menu(self, commands: Sequence[MenuCommand]) -> None:
+        """The commands to show in Telegram's menu; registered with setMyCommands at start."""
+        self._menu = tuple(commands)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -121,7 +135,12 @@ class TelegramAdapter:
         self._app = app
         self._inbound = inbound
         self._bot_id = app.bot.id
-        self._bot_username = self._bot_username or app.bot.username
+        # getMe is the truth: a configured name that differs would make us miss (or take) commands.
+        if app.bot.username:
+            if self._bot_username and self._bot_username.lower() != app.bot.username.lower():
+                log.warning("%s: configured bot_username @%s is not the bot's (@%s); using @%s",
+                            self.name, self._bot_username, app.bot.username, app.bot.username)
+            self._bot_username = app.bot.username
         app.add_handler(TypeHandler(Update, self._on_update))
         app.add_error_handler(self._on_error)
         try:
@@ -136,7 +155,18 @@ class TelegramAdapter:
         except TelegramError as exc:
             await self.stop()
             raise ChannelError(f"{self.name}: polling could not start: {self._safe(exc)}") from exc
+        await self._register_menu(app)
         log.info("%s: polling as @%s", self.name, self._bot_username)
+
+    async def _register_menu(self, app: Application) -> None:
+        """setMyCommands with the menu; a failure only costs the menu, never the channel."""
+        commands = telegram_menu(self._menu)
+        if not commands:
+            return
+        try:
+            await app.bot.set_my_commands(commands)
+        except TelegramError as exc:
+            log.warning("%s: setMyCommands failed, no command menu: %s", self.name, self._safe(exc))
 
     async def stop_receiving(self) -> None:
         """Stop long polling (updates not fetched stay on Telegram's side); sending still works."""
@@ -379,7 +409,9 @@ def message_from_update(
 ) -> Message | None:
     """Turn a Telegram update into a neutral Message; None for service messages and other updates.
 
-    The leading "@bot" mention is stripped and "/cmd@bot args" becomes "/cmd args".
+    The leading "@bot" mention is stripped and "/cmd@bot args" becomes "/cmd args". In a group,
+    "/cmd@other_bot" is for another bot: None. A photo, voice, video, sticker or file is named in
+    `media`, whether or not a caption came with it.
     """
     edited = update.edited_message is not None
     tg = update.edited_message if edited else update.message
@@ -390,6 +422,9 @@ def message_from_update(
         return None
     raw_text = tg.text if tg.text is not None else (tg.caption or "")
     chat = tg.chat
+    is_group = chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
+    if is_group and _for_another_bot(raw_text, bot_username):
+        return None
     reply = tg.reply_to_message
     # In forum topics every message "replies" to the topic's creation message; that is no reply.
     if reply is not None and reply.forum_topic_created is not None:
@@ -402,7 +437,7 @@ def message_from_update(
         sender_id=str(user.id),
         text=_strip_bot_name(raw_text, bot_username),
         timestamp=timestamp,
-        is_group=chat.type in (ChatType.GROUP, ChatType.SUPERGROUP),
+        is_group=is_group,
         mentions_bot=_mentions_bot(tg, bot_id, bot_username),
         reply_to=str(reply.message_id) if reply is not None else None,
         reply_to_bot=bool(reply is not None and reply.from_user is not None and bot_id is not None and reply.from_user.id == bot_id),
@@ -410,7 +445,43 @@ def message_from_update(
         thread_id=str(tg.message_thread_id) if chat.is_forum and tg.is_topic_message and tg.message_thread_id else None,
         sender_name=user.full_name or user.username or "",
         kind=kind,
+        media=_media(tg),
     )
+
+
+def telegram_menu(commands: Sequence[MenuCommand]) -> list[tuple[str, str]]:
+    """(name, description) pairs Telegram accepts: names it would refuse are left out, descriptions cut to 256."""
+    menu = []
+    for command in commands:
+        name, description = command.name.lower(), " ".join(command.description.split())
+        if not _MENU_NAME.fullmatch(name) or not description:
+            log.warning("telegram: command /%s left out of the menu (Telegram would refuse it)", command.name)
+            continue
+        menu.append((name, description[:_MENU_DESCRIPTION_LIMIT]))
+    return menu[:_MENU_LIMIT]
+
+
+def _for_another_bot(text: str, bot_username: str | None) -> bool:
+    """A "/cmd@name" whose name is not ours (unknown ours counts as not ours)."""
+    match = _ADDRESSED_COMMAND.match(text)
+    if match is None:
+        return False
+    return bot_username is None or match.group(1).lower() != bot_username.lower()
+
+
+def _media(tg: TgMessage) -> tuple[Media, ...]:
+    """What came with the message besides text, by kind and Telegram file id."""
+    found: list[Media] = []
+    if tg.photo:
+        found.append(Media(Kind.PHOTO, tg.photo[-1].file_id))  # the largest size
+    # An animation also carries `document` (for old clients): it is one video, not a video and a file.
+    document = None if tg.animation is not None else tg.document
+    for kind, attachment in ((Kind.VOICE, tg.voice), (Kind.STICKER, tg.sticker), (Kind.VIDEO, tg.video),
+                             (Kind.VIDEO, tg.video_note), (Kind.VIDEO, tg.animation), (Kind.FILE, document),
+                             (Kind.FILE, tg.audio)):
+        if attachment is not None:
+            found.append(Media(kind, attachment.file_id))
+    return tuple(found)
 
 
 def _kind(tg: TgMessage) -> Kind | None:

@@ -90,7 +90,7 @@ class FakeIlink:
         self._tickets: dict[str, str] = {}
         self._client_ids: set[str] = set()
         self._fail_send: deque[int] = deque()
-        self._fail_http: dict[str, deque[int]] = {}
+        self._fail_http: dict[str, deque[tuple[int, str | None]]] = {}
         self._qr_script = deque(self.qr_statuses)
         self._qr_current: str | None = None
         self._qr_count = 0
@@ -225,9 +225,10 @@ class FakeIlink:
         """The next sendmessage answers with this ret and delivers nothing."""
         self._fail_send.append(ret)
 
-    def fail_http_next(self, endpoint: str, status: int = 500, times: int = 1) -> None:
-        """The next `times` calls to `endpoint` (e.g. "getupdates") answer this HTTP status."""
-        self._fail_http.setdefault(endpoint, deque()).extend([status] * times)
+    def fail_http_next(self, endpoint: str, status: int = 500, times: int = 1, *, retry_after: str | None = None) -> None:
+        """The next `times` calls to `endpoint` (e.g. "getupdates") answer this HTTP status,
+        with a Retry-After header when `retry_after` is given (429 / 503 throttling)."""
+        self._fail_http.setdefault(endpoint, deque()).extend([(status, retry_after)] * times)
 
     @property
     def getupdates_calls(self) -> int:
@@ -283,7 +284,9 @@ class FakeIlink:
         try:
             failures = self._fail_http.get(endpoint)
             if failures:
-                return web.json_response({"ret": -1, "errmsg": "injected failure"}, status=failures.popleft())
+                status, retry_after = failures.popleft()
+                headers = {"Retry-After": retry_after} if retry_after is not None else None
+                return web.json_response({"ret": -1, "errmsg": "injected failure"}, status=status, headers=headers)
             problems = self._check_headers(request, endpoint)
             if problems:
                 self.header_errors.extend(f"{endpoint}: {p}" for p in problems)

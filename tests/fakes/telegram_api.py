@@ -44,6 +44,7 @@ _ATTR = re.compile(r"([A-Za-z-]+)(?:\s*=\s*(?:\"([^\"]*)\"|'([^']*)'|([^\s>]+)))
 _ENTITY = re.compile(r"&(?:lt|gt|amp|quot|#[0-9]{1,7}|#x[0-9A-Fa-f]{1,6});")
 _MENTION = re.compile(r"(?<![\w@])@[A-Za-z0-9_]{3,32}")
 _COMMAND = re.compile(r"^/[A-Za-z0-9_]{1,32}(?:@[A-Za-z0-9_]{3,32})?")
+_COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
 
 
 def utf16_len(s: str) -> int:
@@ -451,9 +452,19 @@ class FakeTelegram:
         return _ok(True)
 
     async def _set_my_commands(self, params: dict[str, Any]) -> web.Response:
+        """Telegram's checks: at most 100 commands, names of 1-32 a-z/0-9/_, descriptions of 1-256 characters."""
         commands = params.get("commands")
         if not isinstance(commands, list):
             return _error(400, "Bad Request: commands must be a list")
+        if len(commands) > 100:
+            return _error(400, "Bad Request: too many commands specified")
+        for item in commands:
+            name = item.get("command") if isinstance(item, dict) else None
+            description = item.get("description") if isinstance(item, dict) else None
+            if not isinstance(name, str) or not _COMMAND_NAME.fullmatch(name):
+                return _error(400, "Bad Request: BOT_COMMAND_INVALID")
+            if not isinstance(description, str) or not 1 <= len(description.strip()) <= 256:
+                return _error(400, "Bad Request: BOT_COMMAND_DESCRIPTION_INVALID")
         self.commands = commands
         return _ok(True)
 

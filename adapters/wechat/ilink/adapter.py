@@ -5,7 +5,9 @@ has been handed to the gateway, so a restart neither repeats nor skips messages.
 `sendmessage` echoing the user's latest `context_token` (saved too: replies survive a restart).
 A -14 from getupdates means the login is gone: polling stops (no retry loop against a dead
 session), the owner is told, and polling resumes by itself once `memgate wechat login` has
-written new credentials.
+written new credentials. A reply WeChat will not deliver (ret -2: outside the 24 h window, or
+another refusal) is told to the owner too, through the same `on_trouble` hook (throttled). A
+429 / 503 is retried after what its Retry-After asks (capped).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 
 import aiohttp
 
+from adapters.retry_after import parse_retry_after, retry_delay
+from adapters.trouble import TroubleHook, TroubleNotices
 from adapters.wechat.ilink import protocol as proto
 from bot.channel import InboundHandler
 from adapters.wechat.ilink.state import (
@@ -51,12 +55,19 @@ TYPING_TICKET_TTL_S = 6 * 3600.0
 TYPING_RETRY_S = 60.0  # after a failed getconfig, typing is skipped for this long
 TYPING_MAX_S = 300.0  # the keep-alive gives up after this, whatever the agent does
 SEEN_IDS = 2048
-
-SessionExpiredHook = Callable[[str], Awaitable[None]]
+RETRY_AFTER_CAP_S = 60.0  # never wait longer than this on one Retry-After
+_THROTTLED = frozenset({429, 503})
 
 
 class _TransportError(Exception):
-    """A call that did not produce a JSON answer (network, timeout, HTTP status, bad body)."""
+    """A call that did not produce a JSON answer (network, timeout, HTTP status, bad body).
+
+    `retry_after`: the seconds a 429 / 503 asked us to wait, when it said.
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class WechatIlinkAdapter:
@@ -70,7 +81,7 @@ class WechatIlinkAdapter:
         app_id: str = proto.DEFAULT_APP_ID,
         client_version: str = proto.DEFAULT_CLIENT_VERSION,
         name: str = "wechat",
-        on_session_expired: SessionExpiredHook | None = None,
+        on_trouble: TroubleHook | None = None,
         poll_timeout_ms: int = 35_000,
         request_timeout: float = 15.0,
         backoff_base: float = 1.0,
@@ -78,6 +89,7 @@ class WechatIlinkAdapter:
         credentials_check_interval: float = 3.0,
         typing_interval: float = 6.0,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
         self.name = name
         self.data_dir = Path(data_dir)
@@ -85,7 +97,9 @@ class WechatIlinkAdapter:
         self._base_override = base_url.rstrip("/") if base_url else None
         self._app_id = app_id
         self._client_version = client_version
-        self.on_session_expired = on_session_expired
+        # Told when the login expires or WeChat refuses a reply; bot.app wires it to the owner.
+        self.on_trouble = on_trouble
+        self._notices = TroubleNotices(name)
         self._poll_timeout_ms = poll_timeout_ms
         self._request_timeout = request_timeout
         self._backoff_base = backoff_base
@@ -93,6 +107,7 @@ class WechatIlinkAdapter:
         self._check_interval = credentials_check_interval
         self._typing_interval = typing_interval
         self._now = now
+        self._sleep = sleep  # the waits between retries (tests record what Retry-After asked)
         self._creds: Credentials | None = None
         self._creds_stamp: tuple[int, int, int] | None = None
         self._cursor = ""
@@ -183,7 +198,7 @@ class WechatIlinkAdapter:
                 batch = await self._get_updates()
             except _TransportError as exc:
                 failures += 1
-                await self._back_off(failures, str(exc))
+                await self._back_off(failures, str(exc), exc.retry_after)
                 continue
             except Exception:  # a bug here must not end receiving for good
                 log.exception("wechat: unexpected error while polling")
@@ -218,11 +233,12 @@ class WechatIlinkAdapter:
             raise
         return proto.parse_updates(payload)
 
-    async def _back_off(self, failures: int, reason: str) -> None:
+    async def _back_off(self, failures: int, reason: str, retry_after: float | None = None) -> None:
         self.stats["poll_errors"] += 1
-        delay = proto.backoff_delay(failures, self._backoff_base, self._backoff_cap)
+        backoff = proto.backoff_delay(failures, self._backoff_base, self._backoff_cap)
+        delay = retry_delay(retry_after, backoff, max(RETRY_AFTER_CAP_S, backoff))
         log.warning("wechat: getupdates failed (%s); retry %d in %.1f s", reason, failures, delay)
-        await asyncio.sleep(delay)
+        await self._sleep(delay)
 
     async def _dispatch(self, batch: UpdatesBatch) -> None:
         """Hand a batch to the gateway, then save the context tokens and the cursor, in that order."""
@@ -277,11 +293,8 @@ class WechatIlinkAdapter:
             f"to reconnect, {LOGIN_HINT}. The bot resumes by itself once the new login is saved."
         )
         log.error("wechat: %s", text)
-        if self.on_session_expired is not None:
-            try:
-                await self.on_session_expired(text)
-            except Exception:
-                log.exception("wechat: the session-expired hook failed")
+        # Not throttled: this runs once per expiry (polling stops until a new login).
+        await self._notices.report(self.on_trouble, "session_expired", text, throttle=False)
 
     async def _wait_for_new_login(self) -> None:
         """Sleep until the credentials file changes, then take the new login; no API calls."""
@@ -357,18 +370,24 @@ class WechatIlinkAdapter:
                     self._send_failed("sendmessage failed after %d attempts (%s)", attempt, exc)
                     raise ChannelError(f"WeChat send failed: {exc}") from exc
                 # Same client_id on retry: the server de-duplicates, so a lost answer cannot double-send.
-                await asyncio.sleep(proto.backoff_delay(attempt, self._backoff_base, self._backoff_cap))
+                backoff = proto.backoff_delay(attempt, self._backoff_base, self._backoff_cap)
+                await self._sleep(retry_delay(exc.retry_after, backoff, max(RETRY_AFTER_CAP_S, backoff)))
         status = proto.parse_status(payload)
         if status.ok:
             self.stats["sent"] += 1
             return
         if proto.NOT_DELIVERED in (status.ret, status.errcode):
             self._send_failed("message not delivered (ret -2): the user has not written within the reply window")
+            await self._notices.report(self.on_trouble, "not_delivered", (
+                f"WeChat did not deliver a reply to {user} (ret -2): they have not written to the bot within "
+                "the 24-hour reply window, so WeChat refuses messages to them until they write again."))
             raise ChannelError("WeChat did not deliver the message (ret -2: outside the reply window)")
         if status.session_expired:
             self._send_failed("message not delivered: the session expired (-14)")
             raise ChannelError(f"WeChat session expired; {LOGIN_HINT}")
         self._send_failed("sendmessage refused: ret=%s errcode=%s", status.ret, status.errcode)
+        await self._notices.report(self.on_trouble, f"refused:{status.ret}:{status.errcode}", (
+            f"WeChat refused a reply to {user} (ret={status.ret} errcode={status.errcode}); it was not delivered."))
         raise ChannelError(f"WeChat refused the message (ret={status.ret} errcode={status.errcode})")
 
     def _send_failed(self, fmt: str, *args: object) -> None:
@@ -456,7 +475,10 @@ class WechatIlinkAdapter:
             ) as resp:
                 raw = await resp.read()
                 if resp.status != 200:
-                    raise _TransportError(f"{endpoint} answered HTTP {resp.status}")
+                    asked = None
+                    if resp.status in _THROTTLED:
+                        asked = parse_retry_after(resp.headers.get("Retry-After"), datetime.now(UTC))
+                    raise _TransportError(f"{endpoint} answered HTTP {resp.status}", asked)
         except TimeoutError as exc:
             raise _TransportError(f"{endpoint} timed out") from exc
         except aiohttp.ClientError as exc:

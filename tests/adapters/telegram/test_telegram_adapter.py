@@ -150,12 +150,10 @@ async def test_commands_lose_the_bot_name(tg: FakeTelegram, inbox: Inbox) -> Non
     tg.inject_group_message(7, "/help@memgate_test_bot")
     tg.inject_group_message(7, "/remember@Memgate_Test_Bot buy milk")
     tg.inject_message(42, "/start")
-    tg.inject_group_message(7, "/help@other_bot")
-    help_, remember, start, other = await inbox.wait_for(4)
+    help_, remember, start = await inbox.wait_for(3)
     assert help_.text == "/help" and help_.mentions_bot
     assert remember.text == "/remember buy milk"
     assert start.text == "/start" and not start.is_group
-    assert other.text == "/help@other_bot" and not other.mentions_bot
 
 
 async def test_forum_topic_sets_thread_id_and_replies_go_back_to_it(tg: FakeTelegram, adapter: TelegramAdapter) -> None:
@@ -401,17 +399,74 @@ async def test_the_token_never_reaches_the_logs(tg: FakeTelegram, caplog: pytest
     assert tg.token not in caplog.text  # ...with the token blanked
 
 
-async def test_given_username_is_kept(tg: FakeTelegram) -> None:
+async def test_getme_username_wins_over_a_configured_one(tg: FakeTelegram, caplog: pytest.LogCaptureFixture) -> None:
+    # A stale configured name would make the bot take other bots' commands and miss its own.
     adapter = TelegramAdapter(tg.token, base_url=tg.base_url, bot_username="@custom_name_bot")
+    assert adapter.bot_username == "custom_name_bot"  # before start, the configured name is all we know
     box = Inbox()
     await adapter.start(box)
     try:
-        assert adapter.bot_username == "custom_name_bot"
-        tg.inject_group_message(7, "@custom_name_bot hi")
+        assert adapter.bot_username == "memgate_test_bot"
+        assert "custom_name_bot" in caplog.text  # said once, at start
+        tg.inject_group_message(7, "/help@custom_name_bot")
+        tg.inject_group_message(7, tg.mention("hi"))
         msg = await box.next()
         assert msg.mentions_bot and msg.text == "hi"
+        assert [m.text for m in box.messages] == ["hi"]
     finally:
         await adapter.stop()
+
+
+async def test_group_command_for_another_bot_never_arrives(tg: FakeTelegram, inbox: Inbox) -> None:
+    tg.inject_group_message(7, "/help@other_bot")
+    tg.inject_group_message(7, "/memory@Other_Bot cats")
+    tg.inject_group_message(7, "/help@memgate_test_bot")
+    tg.inject_group_message(7, "/HELP@MEMGATE_TEST_BOT")
+    tg.inject_group_message(7, "/whoami")
+    tg.inject_message(42, "/help@other_bot")  # a DM is ours whatever it says
+    ours = await inbox.wait_for(4)
+    assert [m.text for m in ours] == ["/help", "/HELP", "/whoami", "/help@other_bot"]
+    assert len(inbox.messages) == 4
+
+
+def test_for_another_bot_is_decided_by_the_suffix_alone() -> None:
+    from adapters.telegram.adapter import _for_another_bot
+
+    assert _for_another_bot("/help@other_bot", "memgate_test_bot")
+    assert _for_another_bot("/help@other_bot", None)  # our name unknown: a suffixed command is not provably ours
+    assert not _for_another_bot("/help@memgate_test_bot x", "memgate_test_bot")
+    assert not _for_another_bot("/help", "memgate_test_bot")
+    assert not _for_another_bot("mail me at a@b_bot", "memgate_test_bot")
+
+
+async def test_command_menu_is_registered_at_start(tg: FakeTelegram) -> None:
+    from bot.channel import MenuCommand, ShowsCommandMenu
+
+    adapter = TelegramAdapter(tg.token, base_url=tg.base_url)
+    assert isinstance(adapter, ShowsCommandMenu)
+    adapter.set_command_menu([MenuCommand("help", "this list"), MenuCommand("memory", "what  I\nremember"),
+                              MenuCommand("Bad-Name", "refused by Telegram"), MenuCommand("long", "x" * 300)])
+    await adapter.start(Inbox())
+    try:
+        assert tg.commands == [{"command": "help", "description": "this list"},
+                               {"command": "memory", "description": "what I remember"},
+                               {"command": "long", "description": "x" * 256}]
+    finally:
+        await adapter.stop()
+
+
+async def test_photo_caption_says_a_picture_came_with_it(tg: FakeTelegram, inbox: Inbox) -> None:
+    from bot.message import Media
+
+    raw = tg.inject_message(42, photo=True, caption="what breed is this?")
+    tg.inject_message(42, document="notes.pdf", caption="my notes")
+    tg.inject_message(42, "plain words")
+    photo, doc, plain = await inbox.wait_for(3)
+    assert photo.media == (Media(Kind.PHOTO, raw["photo"][-1]["file_id"]),)
+    assert photo.text == "what breed is this?"
+    assert photo.text_for_agent == "[photo] what breed is this?"
+    assert doc.text_for_agent == "[file] my notes"
+    assert plain.media == () and plain.text_for_agent == "plain words"
 
 
 # -- the fake itself: later gateway tests trust it to behave like Telegram -------------------

@@ -415,3 +415,31 @@ async def test_remember_forget_and_export_do_what_they_say(running):
 
         theirs = await export_of(bot, 62)
         assert [(r["id"], r["text"]) for r in theirs] == [(other, "I drink black tea at night")]
+
+
+# -- smaller channel findings (issue 10, section 9) ------------------------------------------
+
+
+async def test_group_command_for_another_bot_is_not_answered(running):
+    async with running(MEMGATE_ACCESS_GROUPS=f"telegram:{GROUP}") as bot:
+        other = bot.say_in_group(21, "/help@other_bot")
+        ours = bot.say_in_group(21, f"/help@{bot.tg.bot_username}")
+        # Updates are handled in order: once ours is answered, the other bot's had its turn.
+        assert (await bot.answer(ours)).startswith("I remember what you tell me")
+        assert bot.answers_to(other) == []
+
+
+async def test_command_menu_lists_the_commands_everyone_may_use(running):
+    async with running() as bot:
+        menu = {c["command"]: c["description"] for c in bot.tg.commands}
+    assert {"help", "memory", "remember", "forget", "export", "new"} <= set(menu)
+    assert menu["help"] == "this list"
+    assert not {"approve", "deny", "users", "role", "block", "start"} & set(menu)  # admin-only and hidden ones
+
+
+async def test_photo_caption_tells_the_agent_a_picture_came_with_it(running):
+    async with running() as bot:
+        answer = await bot.answer(bot.tg.inject_message(OWNER, photo=True, caption="what breed is this?",
+                                                        first_name=f"User{OWNER}"))
+        assert bot.turn_requests("[photo] what breed is this?")
+        assert answer.endswith("You said: [photo] what breed is this?")

@@ -468,6 +468,123 @@ async def test_not_delivered_is_counted_and_raised(fake: FakeIlink, data_dir: Pa
     assert fake.sent == []
 
 
+class Owner:
+    """What the owner is told through on_trouble."""
+
+    def __init__(self) -> None:
+        self.told: list[str] = []
+
+    async def __call__(self, text: str) -> None:
+        self.told.append(text)
+
+
+async def test_not_delivered_is_told_to_the_owner_once(fake: FakeIlink, data_dir: Path) -> None:
+    fake.write_credentials(data_dir)
+    fake.inject_text(ALICE, "q")
+    owner = Owner()
+    inbox = Inbox()
+    adapter = make_adapter(data_dir, on_trouble=owner)
+    await adapter.start(inbox)
+    try:
+        await inbox.wait(1)
+        for _ in range(3):
+            fake.fail_send_next(-2)
+            with pytest.raises(ChannelError, match="ret -2"):
+                await adapter.send(reply(ALICE, "lost?"))
+    finally:
+        await adapter.stop()
+    [notice] = owner.told  # throttled: one notice, not one per refused reply
+    assert "ret -2" in notice and ALICE in notice and "24-hour" in notice
+
+
+async def test_other_refusals_are_told_to_the_owner(fake: FakeIlink, data_dir: Path) -> None:
+    fake.write_credentials(data_dir)
+    fake.inject_text(ALICE, "q")
+    owner = Owner()
+    inbox = Inbox()
+    adapter = make_adapter(data_dir, on_trouble=owner)
+    await adapter.start(inbox)
+    try:
+        await inbox.wait(1)
+        fake.fail_send_next(-5)
+        with pytest.raises(ChannelError, match="ret=-5"):
+            await adapter.send(reply(ALICE, "refused"))
+    finally:
+        await adapter.stop()
+    assert len(owner.told) == 1 and "ret=-5" in owner.told[0]
+
+
+async def test_a_notice_refused_on_this_channel_raises_no_second_notice(fake: FakeIlink, data_dir: Path) -> None:
+    # The owner is on WeChat too, outside the window: telling them fails with -2 as well.
+    fake.write_credentials(data_dir)
+    fake.inject_text(ALICE, "q")
+    told: list[str] = []
+    inbox = Inbox()
+    adapter = make_adapter(data_dir)
+
+    async def owner_on_wechat(text: str) -> None:
+        told.append(text)
+        fake.fail_send_next(-5)  # another kind of refusal: not throttled, only the guard stops it
+        with pytest.raises(ChannelError):
+            await adapter.send(reply(BOB, text))
+
+    adapter.on_trouble = owner_on_wechat
+    await adapter.start(inbox)
+    try:
+        await inbox.wait(1)
+        fake.fail_send_next(-2)
+        with pytest.raises(ChannelError):
+            await adapter.send(reply(ALICE, "lost?"))
+    finally:
+        await adapter.stop()
+    assert len(told) == 1
+
+
+class Waits:
+    """An injected sleep: records what the adapter waits, then yields briefly."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.seconds.append(seconds)
+        await asyncio.sleep(0.001)
+
+
+@pytest.mark.parametrize(("status", "header", "expected"), [(429, "7", 7.0), (503, "3", 3.0), (429, "86400", 60.0)])
+async def test_throttled_send_waits_what_the_server_asks(fake: FakeIlink, data_dir: Path, status, header, expected) -> None:
+    fake.write_credentials(data_dir)
+    fake.inject_text(ALICE, "q")
+    waits = Waits()
+    inbox = Inbox()
+    adapter = make_adapter(data_dir, sleep=waits)
+    await adapter.start(inbox)
+    try:
+        await inbox.wait(1)
+        fake.fail_http_next("sendmessage", status, retry_after=header)
+        await adapter.send(reply(ALICE, "after the pause"))
+    finally:
+        await adapter.stop()
+    assert expected in waits.seconds
+    assert fake.texts_to(ALICE) == ["after the pause"]
+
+
+async def test_throttled_poll_waits_what_the_server_asks(fake: FakeIlink, data_dir: Path) -> None:
+    fake.write_credentials(data_dir)
+    fake.fail_http_next("getupdates", 503, retry_after="9")
+    waits = Waits()
+    inbox = Inbox()
+    adapter = make_adapter(data_dir, sleep=waits)
+    await adapter.start(inbox)
+    try:
+        fake.inject_text(ALICE, "still arrives")
+        await inbox.wait(1)
+    finally:
+        await adapter.stop()
+    assert waits.seconds[0] == 9.0
+    assert inbox.texts == ["still arrives"]
+
+
 # -- session expiry --------------------------------------------------------------------------------
 
 
@@ -479,13 +596,13 @@ async def test_session_expiry_stops_polling_and_a_new_login_resumes_it(fake: Fak
         told.append(text)
 
     inbox = Inbox()
-    adapter = make_adapter(data_dir, on_session_expired=on_expired)
+    adapter = make_adapter(data_dir, on_trouble=on_expired)
     await adapter.start(inbox)
     try:
         fake.inject_text(ALICE, "before")
         await inbox.wait(1)
         fake.expire_session()
-        await fake.wait_for(lambda: len(told) == 1, what="on_session_expired")
+        await fake.wait_for(lambda: len(told) == 1, what="on_trouble")
         polls = fake.getupdates_calls
         # A window in which a retry loop would poll dozens of times (checks every 0.05 s).
         await asyncio.sleep(0.6)

@@ -3,7 +3,7 @@ the real gateway, access control, agent, litellm and DuckDB, and the fake LLM.
 
 iLink: memory across a restart of the whole app (cursor persisted: no duplicate, no gap),
 pairing, session expiry (-14) told to the owner on another channel and recovered by a new
-login, a reply outside the window (ret -2) counted and logged with nothing else lost.
+login, a reply outside the window (ret -2) counted, logged and told to the owner with nothing else lost.
 Official Account: passive and customer-service answers, a retried MsgId answered once, pairing.
 """
 
@@ -92,7 +92,7 @@ async def ilink() -> AsyncIterator[FakeIlink]:
 
 
 def ilink_adapter(data_dir: Path) -> WechatIlinkAdapter:
-    # No on_session_expired: build_app wires it to the gateway's notify_owner.
+    # No on_trouble: build_app wires it to the gateway's notify_owner.
     return WechatIlinkAdapter(data_dir, backoff_base=0.01, credentials_check_interval=0.05, typing_interval=3600)
 
 
@@ -261,7 +261,7 @@ async def test_ilink_message_arriving_during_shutdown_is_answered_after_the_rest
     assert ilink.duplicates() == []
 
 
-async def test_ilink_reply_outside_the_window_is_counted_and_logged_and_nothing_else_is_lost(
+async def test_ilink_reply_outside_the_window_is_told_to_the_owner_and_nothing_else_is_lost(
     ilink: FakeIlink, settings_for, data_dir: Path, clock, embedder, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
@@ -276,12 +276,15 @@ async def test_ilink_reply_outside_the_window_is_counted_and_logged_and_nothing_
         ilink.inject_text(ALICE, "my bike is a green Brompton")
         await ilink.wait_for(lambda: adapter.stats["send_failed"] == 1, 30, "the refused send")
         ilink.inject_text(ALICE, "third")
-        await ilink.wait_for_sent(2, timeout=30)
+        await ilink.wait_for_sent(3, timeout=30)
         await app.gateway.idle()
         captured = app.store.read(lambda con: con.execute("SELECT payload FROM ingest_queue").fetchall())
 
-    assert [said(t) for t in ilink.texts_to(ALICE)] == ["first", "third"]
-    assert adapter.stats["send_failed"] == 1 and adapter.stats["sent"] == 2
+    # The owner (Alice herself here) is told, through the gateway's notify_owner.
+    first, notice, third = ilink.texts_to(ALICE)
+    assert [said(first), said(third)] == ["first", "third"]
+    assert notice.startswith(f"WeChat did not deliver a reply to {ALICE} (ret -2)")
+    assert adapter.stats["send_failed"] == 1 and adapter.stats["sent"] == 3
     # Reported: the adapter's error names ret -2, the gateway says which delivery failed.
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert any(r.name == "adapters.wechat.ilink.adapter" and "ret -2" in r.getMessage() for r in errors)
