@@ -136,7 +136,7 @@ def build_channels(settings: Settings) -> list:
         chans.append(WechatMpAdapter(token=settings.secret("wechat_mp_token"), app_id=mp.app_id,
                                      app_secret=settings.secret("wechat_mp_secret") or "",
                                      encoding_aes_key=settings.secret("wechat_mp_aes_key"), host=mp.host, port=mp.port,
-                                     path=mp.path, api_base=mp.api_base))
+                                     path=mp.path, api_base=mp.api_base, replay_window=mp.replay_window))
     if c.console.enabled and sys.stdin.isatty():
         chans.append(_console(settings, None))
     return chans

@@ -110,6 +110,8 @@ class WechatMpConfig(_Section):
     path: str = "/wechat"
     app_id: str = ""
     api_base: str = "https://api.weixin.qq.com"
+    # A signed push is accepted once, and only this close to our clock (seconds, either way).
+    replay_window: float = Field(60.0, gt=0, le=300)
 
 
 class ConsoleConfig(_Section):

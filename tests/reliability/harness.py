@@ -20,6 +20,7 @@ SCENARIO_MODULES = (
     "tests.reliability.test_prompt_secrets",
     "tests.reliability.test_robust",
     "tests.reliability.test_isolation",
+    "tests.reliability.test_channels_security",
 )
 
 

@@ -684,3 +684,14 @@ async def test_throttled_send_gives_up_after_a_bounded_number_of_tries(api):
             await client.send_text(OPENID, "never")
     assert len(waits) == THROTTLE_ATTEMPTS - 1
     assert api.sent == []
+
+
+def test_replay_window_is_range_checked_in_the_config(tmp_path):
+    from bot.config import load_settings
+
+    path = tmp_path / "memgate.toml"
+    path.write_text("[channels.wechat_mp]\nreplay_window = 500\n")
+    with pytest.raises(ConfigError, match="replay_window"):
+        load_settings(path, env={})
+    path.write_text("[channels.wechat_mp]\nreplay_window = 30\n")
+    assert load_settings(path, env={}).channels.wechat_mp.replay_window == 30
