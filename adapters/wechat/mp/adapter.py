@@ -25,15 +25,12 @@ import time
 from collections import deque
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Protocol
 
 import aiohttp
 from aiohttp import web
 
 from bot.channel import InboundHandler
-from adapters.plaintext import markdown_to_plain
-from adapters.split import split_message
 from adapters.trouble import TroubleHook, TroubleNotices
 from adapters.wechat.mp.client import API_TIMEOUT_S, ApiRefused, CustomerServiceClient
 from adapters.wechat.mp.crypto import (
@@ -53,15 +50,15 @@ from adapters.wechat.mp.xml_codec import (
     parse_envelope,
     parse_inbound,
 )
+from adapters.wechat.mp.messages import TEXT_LIMIT_BYTES, dedup_key, message_from_push, split_for_wechat
 from adapters.wechat.mp.replay import ReplayGuard
 from bot.errors import ChannelError, ConfigError
-from bot.message import Kind, Message, Reply
+from bot.message import Message, Reply
 
 __all__ = ["TEXT_LIMIT_BYTES", "WechatMpAdapter", "WechatMpStats", "message_from_push", "split_for_wechat"]
 
 logger = logging.getLogger(__name__)
 
-TEXT_LIMIT_BYTES = 2048  # passive and customer-service text content limit, in UTF-8 bytes
 # A push's timestamp may be this far from our clock. WeChat signs a push as it sends it and
 # retries within ~15 s, so 60 s leaves 45 s for clock skew (an NTP-synced host is off by far
 # less); the protocol's customary 300 s only widens what a restart (which forgets the nonces
@@ -72,15 +69,6 @@ DEDUP_TTL_S = 60.0  # WeChat's retries come within ~15 s; keep the key well past
 WECHAT_WAIT_S = 5.0  # WeChat drops the connection after this: a passive reply must come sooner
 _GONE_CHECK_S = 0.1  # while waiting for a reply, how often to look whether WeChat is still there
 _SUCCESS = "success"  # tells WeChat "received, no passive reply" (it then does not retry)
-_KIND_BY_TYPE = {
-    "image": Kind.PHOTO,
-    "voice": Kind.VOICE,
-    "video": Kind.VIDEO,
-    "shortvideo": Kind.VIDEO,
-    "file": Kind.FILE,
-    "location": Kind.OTHER,
-    "link": Kind.OTHER,
-}
 
 
 class Clock(Protocol):
@@ -118,59 +106,6 @@ class WechatMpStats:
     api_messages: int = 0
     api_failures: int = 0
     token_fetches: int = 0
-
-
-def message_from_push(push: InboundXml, channel: str = "wechat_mp") -> Message | None:
-    """The neutral Message for a push, or None for events that need no answer.
-
-    Voice with speech recognition becomes text; other media become their Kind with text "";
-    a subscribe event becomes Kind.OTHER with text "" so the gateway can greet the new follower.
-    """
-    if push.msg_type == "event":
-        if push.event.lower() != "subscribe":
-            return None
-        kind, text = Kind.OTHER, ""
-    elif push.msg_type == "text":
-        kind, text = Kind.TEXT, push.content
-    elif push.msg_type == "voice" and push.recognition:
-        kind, text = Kind.TEXT, push.recognition
-    else:
-        kind, text = _KIND_BY_TYPE.get(push.msg_type, Kind.OTHER), ""
-    return Message(
-        channel=channel,
-        chat_id=push.from_user,
-        sender_id=push.from_user,
-        text=text,
-        timestamp=datetime.fromtimestamp(push.create_time, UTC),
-        is_group=False,
-        message_id=dedup_key(push),
-        kind=kind,
-    )
-
-
-def dedup_key(push: InboundXml) -> str:
-    """What WeChat keeps across retries: MsgId for messages, sender + CreateTime for events."""
-    return push.msg_id or f"{push.from_user}:{push.create_time}"
-
-
-def _utf8_len(text: str) -> int:
-    return len(text.encode("utf-8"))
-
-
-def split_for_wechat(text: str, limit: int = TEXT_LIMIT_BYTES) -> list[str]:
-    """Markdown -> plain text parts of at most `limit` UTF-8 bytes, in order, none blank.
-
-    Split on the markdown first (so code blocks stay whole where they can), then flatten each
-    part; flattening may lengthen a part (link targets), so an oversized result is split again.
-    """
-    parts: list[str] = []
-    for chunk in split_message(text, limit, measure=_utf8_len):
-        plain = markdown_to_plain(chunk).strip()
-        if _utf8_len(plain) > limit:
-            parts.extend(split_message(plain, limit, measure=_utf8_len))
-        elif plain:
-            parts.append(plain)
-    return [part for part in parts if part.strip()]
 
 
 @dataclass(eq=False)

@@ -430,7 +430,7 @@ async def test_group_command_for_another_bot_never_arrives(tg: FakeTelegram, inb
 
 
 def test_for_another_bot_is_decided_by_the_suffix_alone() -> None:
-    from adapters.telegram.adapter import _for_another_bot
+    from adapters.telegram.inbound import for_another_bot as _for_another_bot
 
     assert _for_another_bot("/help@other_bot", "memgate_test_bot")
     assert _for_another_bot("/help@other_bot", None)  # our name unknown: a suffixed command is not provably ours

@@ -1,0 +1,76 @@
+"""Official Account pushes -> the neutral Message, and replies -> text parts WeChat takes (pure functions)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from adapters.plaintext import markdown_to_plain
+from adapters.split import split_message
+from adapters.wechat.mp.xml_codec import InboundXml
+from bot.message import Kind, Message
+
+__all__ = ["TEXT_LIMIT_BYTES", "dedup_key", "message_from_push", "split_for_wechat"]
+
+TEXT_LIMIT_BYTES = 2048  # passive and customer-service text content limit, in UTF-8 bytes
+_KIND_BY_TYPE = {
+    "image": Kind.PHOTO,
+    "voice": Kind.VOICE,
+    "video": Kind.VIDEO,
+    "shortvideo": Kind.VIDEO,
+    "file": Kind.FILE,
+    "location": Kind.OTHER,
+    "link": Kind.OTHER,
+}
+
+
+def message_from_push(push: InboundXml, channel: str = "wechat_mp") -> Message | None:
+    """The neutral Message for a push, or None for events that need no answer.
+
+    Voice with speech recognition becomes text; other media become their Kind with text "";
+    a subscribe event becomes Kind.OTHER with text "" so the gateway can greet the new follower.
+    """
+    if push.msg_type == "event":
+        if push.event.lower() != "subscribe":
+            return None
+        kind, text = Kind.OTHER, ""
+    elif push.msg_type == "text":
+        kind, text = Kind.TEXT, push.content
+    elif push.msg_type == "voice" and push.recognition:
+        kind, text = Kind.TEXT, push.recognition
+    else:
+        kind, text = _KIND_BY_TYPE.get(push.msg_type, Kind.OTHER), ""
+    return Message(
+        channel=channel,
+        chat_id=push.from_user,
+        sender_id=push.from_user,
+        text=text,
+        timestamp=datetime.fromtimestamp(push.create_time, UTC),
+        is_group=False,
+        message_id=dedup_key(push),
+        kind=kind,
+    )
+
+
+def dedup_key(push: InboundXml) -> str:
+    """What WeChat keeps across retries: MsgId for messages, sender + CreateTime for events."""
+    return push.msg_id or f"{push.from_user}:{push.create_time}"
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def split_for_wechat(text: str, limit: int = TEXT_LIMIT_BYTES) -> list[str]:
+    """Markdown -> plain text parts of at most `limit` UTF-8 bytes, in order, none blank.
+
+    Split on the markdown first (so code blocks stay whole where they can), then flatten each
+    part; flattening may lengthen a part (link targets), so an oversized result is split again.
+    """
+    parts: list[str] = []
+    for chunk in split_message(text, limit, measure=_utf8_len):
+        plain = markdown_to_plain(chunk).strip()
+        if _utf8_len(plain) > limit:
+            parts.extend(split_message(plain, limit, measure=_utf8_len))
+        elif plain:
+            parts.append(plain)
+    return [part for part in parts if part.strip()]
