@@ -48,7 +48,7 @@ ALICE_WX = "alice@im.wechat"
 ROOT = "root"
 SECRET_FACT = "My bank PIN hint is the blue door, 4711."
 GROUP = -1001000000777
-GUARD_S = 30.0  # a hang guard, never a timing assertion
+GUARD_S = 90.0  # a hang guard, never a timing assertion (the first LLM call of a loaded machine is slow)
 
 
 def _is_reply(request: dict) -> bool:
