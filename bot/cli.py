@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from bot.config import Settings, load_settings
@@ -234,8 +235,64 @@ def _import(app, args) -> int:
     return 1 if report.bad else 0
 
 
+@contextmanager
+def _operator(settings: Settings):
+    """Through the running gateway's admin API when one answers, else on the database directly."""
+    from bot.gateway_client import find_gateway
+    from bot.operator import LocalOperator, RemoteOperator
+
+    client = find_gateway(settings.data_path)
+    if client is not None:
+        yield RemoteOperator(client)
+        return
+    from bot.api.keys import Keys
+
+    app = _engine(settings)
+    try:
+        yield LocalOperator(app.engine, app.access, app.pairing, Keys(app.store, clock=app.clock), app.clock)
+    finally:
+        app.store.close()
+
+
+def _refuse_while_running(settings: Settings, what: str) -> None:
+    """Bulk rewrites of the file are offline work: say so in one line instead of 'database locked'."""
+    from bot.gateway_client import find_gateway
+
+    client = find_gateway(settings.data_path)
+    if client is not None:
+        raise StoreLockedError(f"the gateway at {client.url} holds the database; stop it to run `memgate {what}`"
+                               " (or use the HTTP API: GET /api/v1/export, POST /api/v1/import with a space key)")
+
+
+def format_memory_line(m) -> str:
+    """One line of `memory search` (with its score) or `memory list`."""
+    if m.score is not None:
+        return f"{m.score:.2f}  [{m.id}] ({m.kind}, {m.space_id}, {m.created_at:%Y-%m-%d}) {m.text[:200]}"
+    return f"[{m.id}] ({m.kind}, {m.space_id}, {m.created_at:%Y-%m-%d}){' pinned' if m.pinned else ''} {m.text[:200]}"
+
+
 def cmd_memory(settings: Settings, args) -> int:
+    if args.action in ("search", "list") and not getattr(args, "user", None):
+        # Through the running gateway when there is one (same lines either way).
+        with _operator(settings) as op:
+            if args.action == "search":
+                lines = op.search(" ".join(args.query), args.space, args.limit)
+            else:
+                lines = op.list(args.space, args.kind, args.limit)
+        for m in lines:
+            print(format_memory_line(m))
+        if args.action == "search" and not lines:
+            print("nothing found")
+        return 0
+    _refuse_while_running(settings, f"memory {args.action}" + (" --user" if args.action in ("search", "list") else ""))
+    return _memory_offline(settings, args)
+
+
+def _memory_offline(settings: Settings, args) -> int:
+    """Export, import, and --user lookups: on the database file (no gateway running)."""
     from tqdm import tqdm
+
+    from bot.operator import MemoryLine
 
     app = _engine(settings)
     try:
@@ -243,13 +300,13 @@ def cmd_memory(settings: Settings, args) -> int:
         if args.action == "search":
             hits = app.engine.recaller.search(" ".join(args.query), spaces, limit=args.limit)
             for h in hits:
-                print(f"{h.score:.2f}  [{h.id}] ({h.kind}, {h.space_id}, {h.created_at:%Y-%m-%d}) {h.text[:200]}")
+                print(format_memory_line(MemoryLine(h.id, h.kind, h.space_id, h.created_at, h.pinned, h.text, h.score)))
             if not hits:
                 print("nothing found")
         elif args.action == "list":
             rows = asyncio.run(app.engine.list(spaces, kinds=tuple(args.kind), limit=args.limit))
             for r in rows:
-                print(f"[{r.id}] ({r.kind}, {r.space_id}, {r.created_at:%Y-%m-%d}){' pinned' if r.pinned else ''} {r.text[:200]}")
+                print(format_memory_line(MemoryLine(r.id, r.kind, r.space_id, r.created_at, r.pinned, r.text)))
         elif args.action == "export":
             out = open(args.file, "w", encoding="utf-8") if args.file != "-" else sys.stdout
             total = app.store.read(lambda c: c.execute(
@@ -272,6 +329,7 @@ def cmd_reembed(settings: Settings, args) -> int:
 
     from bot.app import make_embedder
 
+    _refuse_while_running(settings, "reembed")
     app = _engine(settings)
     try:
         total = app.store.read(lambda c: c.execute("SELECT count(*) FROM memories").fetchone()[0])
@@ -342,19 +400,16 @@ def cmd_doctor(settings: Settings, args) -> int:
 
 # --- pairing, jobs, wechat ----------------------------------------------------------------
 def cmd_pairing(settings: Settings, args) -> int:
-    app = _engine(settings)
-    try:
+    with _operator(settings) as op:
         if args.action == "list":
-            for p in asyncio.run(app.pairing.pending()):
-                print(f"{p.code}  {p.channel}:{p.external_id}  {p.display_name}")
+            for p in op.pending():
+                print(f"{p.code}  {p.identity}  {p.display_name}")
         elif args.action == "approve":
-            ident = asyncio.run(app.pairing.approve(args.code.upper(), None)).identity
-            print(f"approved {ident.key} as {ident.role.value}")
+            person = op.approve(args.code)
+            print(f"approved {person.identity} as {person.role}")
         else:
-            asyncio.run(app.pairing.deny(args.code.upper(), None))
+            op.deny(args.code)
             print("denied")
-    finally:
-        app.store.close()
     return 0
 
 
@@ -395,55 +450,31 @@ def cmd_public(settings: Settings, args) -> int:
 
 
 def cmd_jobs(settings: Settings, args) -> int:
-    from bot.app import open_store
-    from bot.scheduler import format_jobs, load_job_statuses
+    from bot.scheduler import format_jobs
 
-    store = open_store(settings)
-    try:
-        print(format_jobs(load_job_statuses(store)))
-    finally:
-        store.close()
+    with _operator(settings) as op:
+        print(format_jobs(op.jobs()))
     return 0
 
 
 def cmd_keys(settings: Settings, args) -> int:
     """API keys: create (printed once), list, revoke."""
-    from bot.api.keys import Keys, format_keys, parse_duration
+    from bot.api.keys import format_keys, parse_duration
 
-    app = _engine(settings)
-    try:
-        keys = Keys(app.store, clock=app.clock)
+    with _operator(settings) as op:
         if args.action == "list":
-            print(format_keys(keys.list(), app.clock()))
+            print(format_keys(op.keys(), op.now()))
         elif args.action == "revoke":
-            rec = keys.revoke(args.prefix)
+            rec = op.revoke_key(args.prefix)
             print(f"revoked {rec.prefix}… ({rec.scope}, {rec.space_id or 'admin'})")
         else:
-            space = args.space
-            if args.user:
-                space = _user_space(app, args.user)
             scope = "admin" if args.admin else args.scope
             expires = parse_duration(args.expires) if args.expires else None
-            if space:
-                asyncio.run(app.engine.ensure_space(space, "user"))
-            key, rec = keys.create(scope, None if args.admin else space, expires=expires, name=args.name)
+            key, rec = op.create_key(scope, args.space, args.user, expires, args.name)
             print(key)
             print(f"(shown once; {rec.scope} key for {rec.space_id or 'the admin routes'}, prefix {rec.prefix})",
                   file=sys.stderr)
-    finally:
-        app.store.close()
     return 0
-
-
-def _user_space(app, who: str) -> str:
-    """A person's space by 'channel:id' or display name (as /users shows them)."""
-    people = asyncio.run(app.access.users())
-    found = [i for i in people if i.key == who] or \
-        [i for i in people if i.display_name.removeprefix("@").casefold() == who.removeprefix("@").casefold()]
-    if len(found) != 1:
-        raise ConfigError(f"no user {who!r}: see `memgate pairing list` / /users" if not found
-                          else f"several users are called {who!r}: use one of {', '.join(i.key for i in found)}")
-    return found[0].space_id
 
 
 def cmd_wechat(settings: Settings, args) -> int:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from bot.api import routes_admin, routes_dashboard, routes_data, routes_memories, routes_ops, routes_session
+from bot.api import (routes_admin, routes_dashboard, routes_data, routes_memories, routes_operator, routes_ops,
+                     routes_session)
 from bot.api.auth import auth_middleware
 from bot.api.context import (CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, METRICS, SESSIONS,
                              ApiHost)
@@ -30,8 +31,9 @@ from bot.api.sessions import Sessions
 from memory.engine import MemoryEngine
 
 log = logging.getLogger(__name__)
-ADDRESS_FILE = "api.json"          # {"url": ...}: where the running gateway listens
-TOKEN_FILE = "api.token"           # a local admin key, valid while the gateway runs
+# {"url", "pid"}: where the running gateway listens, and a local admin key valid while it runs;
+# the CLI (bot.gateway_client) reads both, so the names live there.
+from bot.gateway_client import ADDRESS_FILE, TOKEN_FILE  # noqa: E402
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +70,8 @@ def create_app(engine: MemoryEngine, keys: Keys, host: ApiHost, metrics: Metrics
     app[IMPORTS] = set()
     app[INSIGHT_CACHE] = {}
     app.on_cleanup.append(_finish_imports)
-    for module in (routes_ops, routes_session, routes_memories, routes_data, routes_admin, routes_dashboard):
+    for module in (routes_ops, routes_session, routes_memories, routes_data, routes_admin, routes_operator,
+                   routes_dashboard):
         app.add_routes(module.routes)
     return app
 
