@@ -16,7 +16,16 @@ from bot.api.errors import ApiError
 from bot.api.keys import ApiKeyError
 from bot.api.params import body_json, opt_int
 from bot.errors import ConfigError
-from bot.operator import all_spaces, job_json, key_json, line_json, list_lines, people, search_lines, user_space
+from bot.operator import (
+    all_spaces,
+    job_json,
+    key_json,
+    line_json,
+    list_lines,
+    people,
+    search_lines,
+    user_space,
+)
 
 routes = web.RouteTableDef()
 KINDS = ("fact", "chunk", "task", "skill")

@@ -28,12 +28,12 @@ from bot.api.keys import Keys
 from bot.api.metrics import Metrics
 from bot.api.ratelimit import RateLimiter
 from bot.api.sessions import Sessions
+from bot.gateway_client import ADDRESS_FILE, TOKEN_FILE
 from memory.engine import MemoryEngine
 
 log = logging.getLogger(__name__)
-# {"url", "pid"}: where the running gateway listens, and a local admin key valid while it runs;
-# the CLI (bot.gateway_client) reads both, so the names live there.
-from bot.gateway_client import ADDRESS_FILE, TOKEN_FILE  # noqa: E402
+# ADDRESS_FILE ({"url", "pid"}: where the running gateway listens) and TOKEN_FILE (a local admin key
+# valid while it runs) are read by the CLI, so their names live in bot.gateway_client.
 
 
 @dataclass(frozen=True, slots=True)
