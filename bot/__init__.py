@@ -3,6 +3,6 @@
 May import memory/ (through memory.engine and its public types); only bot.app and bot.cli import adapters/.
 """
 
-from bot.message import Document, Kind, Message, Reply
+from bot.message import Document, Image, Kind, Message, Reply
 
-__all__ = ["Document", "Kind", "Message", "Reply"]
+__all__ = ["Document", "Image", "Kind", "Message", "Reply"]

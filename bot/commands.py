@@ -1,7 +1,7 @@
 """Chat commands, answered without the LLM, the same on every channel.
 
 Everyone: /help /whoami /new /memory [query] /remember TEXT /forget ID|query /pin ID /unpin ID
-/export /link [CODE|yes|no]. Admins: /approve CODE /deny CODE /users /role USER ROLE /block USER
+/export /pulse [7d|30d] /link [CODE|yes|no]. Admins: /approve CODE /deny CODE /users /role USER ROLE /block USER
 /public [add TEXT|edit ID TEXT|forget ID] /stats /jobs /reindex. Tasks and skills: /tasks /skills
 /skill NAME.
 """
@@ -21,7 +21,7 @@ from bot.channel import MenuCommand
 from bot.linking import Linking
 from bot.pairing import APPROVED_TEXT, Pairing
 from bot.errors import MemgateError
-from bot.message import Document, Message, Reply
+from bot.message import Document, Image, Message, Reply
 from bot.tools import ToolContext
 from memory.ingest.capture import pending_count
 from memory.engine import MemoryEngine
@@ -115,6 +115,7 @@ class Commands:
         t["pin"] = _Command(self._pin, "/pin ID: never change or drop this memory automatically")
         t["unpin"] = _Command(self._unpin, "/unpin ID")
         t["export"] = _Command(self._export, "/export: all your memories as a JSONL file")
+        t["pulse"] = _Command(self._pulse, "/pulse [7d|30d]: what I remembered day by day")
         t["link"] = _Command(self._link, LINK_HELP)
         t["approve"] = _Command(self._approve, "/approve CODE: let a person in", admin=True)
         t["deny"] = _Command(self._deny, "/deny CODE", admin=True)
@@ -243,6 +244,25 @@ class Commands:
         return Reply(channel=ctx.msg.channel, chat_id=ctx.msg.chat_id, thread_id=ctx.msg.thread_id,
                      recipient_id=ctx.msg.sender_id, text=f"Your {n} memories.",
                      document=Document(filename="memgate-export.jsonl", data=data, mime="application/jsonl"))
+
+    async def _pulse(self, ctx: CommandContext) -> str | Reply:
+        """The space's Memory Pulse: a chart (where pictures show) and a text summary."""
+        from bot.pulse_view import parse_period, pulse_png, pulse_text, window
+        from memory.store.pulse import pulse
+
+        days = parse_period(ctx.args)
+        if days is None:
+            return "Usage: /pulse [7d|30d]"
+        since, until = window(self.clock(), days)
+        space = ctx.allowed.write_space
+        p = await self.engine.store.aread(lambda c: pulse(c, space, since, until, "day"))
+        text = pulse_text(p, days)
+        if p.total == 0:
+            return text
+        png = await asyncio.to_thread(pulse_png, p)
+        return Reply(channel=ctx.msg.channel, chat_id=ctx.msg.chat_id, thread_id=ctx.msg.thread_id,
+                     reply_to=ctx.msg.message_id, recipient_id=ctx.msg.sender_id, text=text,
+                     image=Image(filename=f"pulse-{days}d.png", data=png, caption=pulse_text(p, days, with_days=False)))
 
     async def _link(self, ctx: CommandContext) -> str:
         ident, arg = ctx.allowed.identity, ctx.args.strip()

@@ -80,6 +80,17 @@ class Document:
 
 
 @dataclass(frozen=True, slots=True)
+class Image:
+    """A picture to show (e.g. the /pulse chart). A channel that can show pictures sends it with
+    `caption` in place of the reply's text; the others send the text, which must stand on its own."""
+
+    filename: str
+    data: bytes
+    caption: str = ""
+    mime: str = "image/png"
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
     """One outbound answer to a conversation. Adapters split and format it for their platform."""
 
@@ -89,6 +100,7 @@ class Reply:
     thread_id: str | None = None
     reply_to: str | None = None
     document: Document | None = None
+    image: Image | None = None
     # The user the reply is for: needed by channels that address people, not chats (iLink).
     recipient_id: str | None = None
     extra: dict[str, str] = field(default_factory=dict)

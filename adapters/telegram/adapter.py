@@ -247,6 +247,10 @@ class TelegramAdapter:
             chat_id = _chat_id(reply.chat_id)
             thread_id = int(reply.thread_id) if reply.thread_id else None
             reply_to = _reply_parameters(reply.reply_to)
+            if reply.image is not None:
+                # Telegram shows pictures: the image and its caption stand in for the text.
+                await self._send_image(app, reply, chat_id, thread_id, reply_to)
+                return
             text = reply.text or ""
             caption = None
             if reply.document is not None and text.strip() and utf16_len(text) <= TELEGRAM_CAPTION_LIMIT:
@@ -286,6 +290,40 @@ class TelegramAdapter:
                 raise ChannelError(f"{self.name}: sendMessage refused: {self._safe(exc)}") from exc
             common["reply_parameters"] = None
         return True
+
+    async def _send_image(
+        self, app: Application, reply: Reply, chat_id: int | str, thread_id: int | None, reply_to: ReplyParameters | None
+    ) -> None:
+        """sendPhoto with the caption as HTML (plain on a parse error); a caption past 1024 goes first as text."""
+        image = reply.image
+        assert image is not None
+        caption = image.caption
+        if caption.strip() and utf16_len(caption) > TELEGRAM_CAPTION_LIMIT:
+            for part in split_message(caption, TELEGRAM_TEXT_LIMIT, measure=utf16_len):
+                if await self._send_part(app, chat_id, part, thread_id, reply_to):
+                    reply_to = None
+            caption = ""
+
+        def upload() -> InputFile:
+            file = InputFile(image.data, filename=image.filename)
+            file.mimetype = image.mime
+            return file
+
+        common: dict[str, Any] = {"chat_id": chat_id, "message_thread_id": thread_id, "reply_parameters": reply_to}
+        try:
+            if caption.strip():
+                try:
+                    await self._call(app.bot.send_photo, fresh={"photo": upload},
+                                     caption=markdown_to_telegram_html(caption), parse_mode=ParseMode.HTML, **common)
+                    return
+                except BadRequest as exc:
+                    if not _is_parse_error(exc):
+                        raise
+                await self._call(app.bot.send_photo, fresh={"photo": upload}, caption=markdown_to_plain(caption), **common)
+            else:
+                await self._call(app.bot.send_photo, fresh={"photo": upload}, **common)
+        except BadRequest as exc:
+            raise ChannelError(f"{self.name}: sendPhoto refused: {self._safe(exc)}") from exc
 
     async def _send_document(
         self,

@@ -432,6 +432,7 @@ class FakeTelegram:
             "sendchataction": self._send_chat_action,
             "editmessagetext": self._edit_message_text,
             "senddocument": self._send_document,
+            "sendphoto": self._send_photo,
         }
 
     def _bot_user(self) -> dict[str, Any]:
@@ -594,6 +595,32 @@ class FakeTelegram:
             mime=document.content_type,
             message_id=message["message_id"],
         )
+        self.sent.append(record)
+        return _ok(message)
+
+    async def _send_photo(self, params: dict[str, Any]) -> web.Response:
+        failure = self._take_scripted_failure()
+        if failure is not None:
+            self.rejected.append({"method": "sendPhoto", **{k: v for k, v in params.items() if k != "photo"}})
+            return failure
+        photo = params.get("photo")
+        if not isinstance(photo, _Upload):
+            return _error(400, "Bad Request: there is no photo in the request")
+        if not photo.data.startswith(b"\x89PNG\r\n\x1a\n") and not photo.data.startswith(b"\xff\xd8"):
+            return _error(400, "Bad Request: IMAGE_PROCESS_FAILED")  # Telegram decodes what it is sent
+        fields: dict[str, Any] = {}
+        caption = params.get("caption")
+        if caption:
+            checked = self._check_text(caption, params.get("parse_mode"), CAPTION_LIMIT, "message caption is too long")
+            if isinstance(checked, web.Response):
+                return checked
+            fields["caption"] = checked
+        n = len(self.sent)
+        fields["photo"] = [{"file_id": f"photo-{n}", "file_unique_id": f"p{n}", "width": 640, "height": 320}]
+        message = self._store_bot_message(params, fields)
+        record = {k: v for k, v in params.items() if k != "photo"}
+        record.update(method="sendPhoto", filename=photo.filename, data=photo.data, mime=photo.content_type,
+                      message_id=message["message_id"], visible_text=fields.get("caption", ""))
         self.sent.append(record)
         return _ok(message)
 

@@ -9,6 +9,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -443,3 +444,48 @@ async def test_photo_caption_tells_the_agent_a_picture_came_with_it(running):
                                                         first_name=f"User{OWNER}"))
         assert bot.turn_requests("[photo] what breed is this?")
         assert answer.endswith("You said: [photo] what breed is this?")
+
+
+# -- /pulse ---------------------------------------------------------------------------------
+
+
+async def test_pulse_is_a_chart_on_telegram_and_text_on_the_console(running, clock):
+    import io
+    import os
+
+    import png
+
+    from adapters.console import ConsoleAdapter
+    from bot.pulse_view import PALETTE
+
+    read_fd, write_fd = os.pipe()
+    console_in, console_out = os.fdopen(read_fd, "r"), io.StringIO()
+    console = ConsoleAdapter("me", stdin=console_in, stdout=console_out)
+    async with running(console) as bot:
+        await bot.ask(OWNER, "/whoami")
+        owner = next(u for u in await bot.app.access.users() if u.key == f"telegram:{OWNER}")
+        engine = bot.app.engine
+        for text, category, days_ago in (("I work at the harbour office.", "work", 3),
+                                         ("My standup is at nine.", "work", 0),
+                                         ("Our daughter is called Mia.", "family", 0)):
+            clock.set(datetime(2026, 3, 10, 12, tzinfo=UTC) - timedelta(days=days_ago))
+            await engine.remember(text, owner.space_id, category=category)
+        assert "Usage: /pulse" in await bot.ask(OWNER, "/pulse 90d")
+
+        msg = bot.say(OWNER, "/pulse 7d")
+        caption = await bot.answer(msg)
+        photo = [s for s in bot.answers_to(msg) if s["method"] == "sendPhoto"]
+        assert len(photo) == 1 and photo[0]["filename"] == "pulse-7d.png"
+        assert "3 new memories" in caption and f"{PALETTE[0][0]} work 2" in caption and "family 1" in caption
+        assert "Tue 03-10" not in caption  # the per-day counts are the picture
+        width, height, rows, _ = png.Reader(bytes=photo[0]["data"]).asRGB8()
+        pixels = {tuple(r[i:i + 3]) for r in rows for i in range(0, len(r), 3)}
+        assert (width, height) == (640, 320) and PALETTE[0][1] in pixels and PALETTE[1][1] in pixels
+
+        # The console cannot show a picture: the same command answers with the text summary.
+        # (The console is its own person, so it gets its own, empty pulse, then one after /remember.)
+        with os.fdopen(write_fd, "w") as w:
+            w.write("/remember I like tea.\n/pulse\n")
+        await bot.tg.wait_until(lambda: "Memory pulse" in console_out.getvalue(), 30)
+        out = console_out.getvalue()
+        assert "last 7 days: 1 new memory." in out and "Tue 03-10  ▇▇▇▇▇▇▇▇ 1" in out and ".png" not in out
