@@ -20,7 +20,7 @@ from memory import prompts
 from memory.ingest.capture import CapturedTurn, TurnMessage
 from memory.engine import MemoryEngine
 from memory.errors import LLMError
-from memory.llm import LLM
+from memory.llm import LLM, charged_to
 from memory.recall.block import extend_block
 from memory.text import neutralize
 
@@ -75,6 +75,11 @@ class Agent:
         self.clock = clock
 
     async def run(self, req: TurnRequest) -> TurnResult:
+        """One turn: recall, the LLM (with tools), capture. Its LLM calls count for the turn's space."""
+        with charged_to(req.ctx.write_space):
+            return await self._run(req)
+
+    async def _run(self, req: TurnRequest) -> TurnResult:
         t0 = time.perf_counter()
         query = req.text[:RECALL_QUERY_CHARS]  # a huge message is searched by its start, not every word
         last_user = next((m["content"] for m in reversed(req.history) if m["role"] == "user"), "")

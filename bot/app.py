@@ -29,10 +29,11 @@ from bot.tools import ToolBox
 from memory.embed import Embedder, LiteLLMEmbedder, LocalE5Embedder
 from memory.engine import MemoryEngine
 from memory.ingest.worker import IngestSettings
-from memory.llm import LiteLLM, LLMSettings, set_offline_env
+from memory.llm import USAGE_SPACE, LiteLLM, LLMSettings, set_offline_env
 from memory.store.rows import utc_naive
 from memory.recall.search import RecallSettings
 from memory.store.connection import Store
+from memory.store.schema import Migration
 
 log = logging.getLogger(__name__)
 
@@ -46,24 +47,53 @@ def make_embedder(settings: Settings) -> Embedder:
     return LocalE5Embedder(**bounds)
 
 
+# Per-space usage in a side table, not a column on llm_usage: DuckDB 1.5.5 cannot replay an
+# uncheckpointed ALTER TABLE, and a new table needs none.
+USAGE_MIGRATIONS = (Migration(520, "llm usage per space", """
+    CREATE TABLE llm_usage_space (
+        called_at TIMESTAMP NOT NULL,
+        space_id VARCHAR NOT NULL,
+        purpose VARCHAR NOT NULL,
+        model VARCHAR,
+        ok BOOLEAN NOT NULL,
+        prompt_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL
+    );
+"""),)
+
+
 class UsageRecorder:
-    """Buffers per-call LLM usage and writes it in batches, off the event loop (for /stats)."""
+    """Buffers per-call LLM usage and writes it in batches, off the event loop (for /stats, and
+    per space for the API's /usage: the space is the one the call was charged to, memory.llm.USAGE_SPACE)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._rows: list[list] = []
+        self._space_rows: list[list] = []
 
     listener: Callable[[str, str, bool, int, int], None] | None = None  # the API's metrics, when served
 
     def add(self, purpose: str, model_name: str, ok: bool, prompt: int, completion: int) -> None:
-        self._rows.append([utc_naive(datetime.now(UTC)), purpose, model_name, ok, prompt, completion])
+        now = utc_naive(datetime.now(UTC))
+        self._rows.append([now, purpose, model_name, ok, prompt, completion])
+        space = USAGE_SPACE.get()
+        if space is not None:
+            self._space_rows.append([now, space, purpose, model_name, ok, prompt, completion])
         if self.listener is not None:
             self.listener(purpose, model_name, ok, prompt, completion)
 
     def flush(self) -> int:
         rows, self._rows = self._rows, []
-        if rows:
-            self.store.write(lambda con: con.executemany("INSERT INTO llm_usage VALUES (?, ?, ?, ?, ?, ?)", rows))
+        space_rows, self._space_rows = self._space_rows, []
+
+        def write(con) -> None:
+            if rows:
+                con.executemany("INSERT INTO llm_usage VALUES (?, ?, ?, ?, ?, ?)", rows)
+            if space_rows:
+                con.executemany("INSERT INTO llm_usage_space VALUES (?, ?, ?, ?, ?, ?, ?)", space_rows)
+
+        if rows or space_rows:
+            self.store.write(write)
         return len(rows)
 
     async def aflush(self) -> int:
@@ -94,7 +124,8 @@ def open_store(settings: Settings, extra: Sequence = ()) -> Store:
     settings.data_path.mkdir(parents=True, exist_ok=True)
     dim = settings.embedding.dim
     return Store(settings.db_path, dim, extra_migrations=(*ACCESS_MIGRATIONS, *LINKING_MIGRATIONS, *SESSION_MIGRATIONS,
-                                                          *SCHEDULER_MIGRATIONS, *KEY_MIGRATIONS, *extra))
+                                                          *SCHEDULER_MIGRATIONS, *KEY_MIGRATIONS, *USAGE_MIGRATIONS,
+                                                          *extra))
 
 
 @dataclass

@@ -13,7 +13,9 @@ import logging
 import os
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -89,6 +91,21 @@ class Usage:
 
 
 UsageSink = Callable[[str, str, bool, int, int], None]
+
+# The memory space an LLM call is made for. The agent's turn and ingestion set it around their
+# calls (`charged_to`); a usage sink reads it, so usage is counted per space without widening
+# every LLM call's signature. Unset (None) for gateway-wide work such as the scheduler's jobs.
+USAGE_SPACE: ContextVar[str | None] = ContextVar("memgate_usage_space", default=None)
+
+
+@contextmanager
+def charged_to(space_id: str | None) -> Iterator[None]:
+    """LLM calls inside this block (and the tasks and threads it starts) count for `space_id`."""
+    token = USAGE_SPACE.set(space_id)
+    try:
+        yield
+    finally:
+        USAGE_SPACE.reset(token)
 
 
 class LLM(Protocol):

@@ -202,17 +202,18 @@ async def skill(request: web.Request) -> web.Response:
 
 @routes.get("/api/v1/usage")
 async def usage(request: web.Request) -> web.Response:
-    """LLM calls and tokens by day and purpose. llm_usage rows carry no space yet, so this is the
-    gateway's total (counts only, never text); `scope` says so."""
+    """LLM calls and tokens by day and purpose charged to the key's space (its turns and their
+    ingestion; counts only, never text), with the cost where litellm knows the model's price."""
+    space = space_of(request)
     since, until = _window(request, 30)
     host, engine = request.app[HOST], request.app[ENGINE]
     if host.flush_usage is not None:
         await host.flush_usage()
     rows = await engine.store.aread(lambda c: c.execute(
         """SELECT date_trunc('day', called_at), purpose, model, count(*), sum(prompt_tokens), sum(completion_tokens)
-           FROM llm_usage WHERE called_at >= ? AND called_at < ? GROUP BY ALL ORDER BY 1, 2""",
-        [utc_naive(since), utc_naive(until)]).fetchall())
-    return web.json_response({"scope": "gateway", "usage": [
+           FROM llm_usage_space WHERE space_id = ? AND called_at >= ? AND called_at < ? GROUP BY ALL ORDER BY 1, 2""",
+        [space, utc_naive(since), utc_naive(until)]).fetchall())
+    return web.json_response({"scope": "space", "usage": [
         {"day": d.date().isoformat(), "purpose": p, "model": m, "calls": n, "prompt_tokens": int(pt or 0),
          "completion_tokens": int(ct or 0), "cost": _cost(m, int(pt or 0), int(ct or 0))}
         for d, p, m, n, pt, ct in rows]})

@@ -25,7 +25,7 @@ from memory import prompts
 from memory.ingest.capture import TurnMessage, decode_payload
 from memory.embed import Embedder
 from memory.errors import LLMError
-from memory.llm import LLM
+from memory.llm import LLM, charged_to
 from memory.store.rows import NewMemory, insert_memories, new_id, utc_naive
 from memory.ingest.raw import TITLE_CHARS, RawMessage, embed_text, index_text, raw_rows
 from memory.store.connection import Conn, Store
@@ -165,10 +165,8 @@ class IngestWorker:
                        attempts: int) -> None:
         messages, created_at = decode_payload(payload)
         try:
-            if self.llm is None:
-                await asyncio.to_thread(self._store_raw, qid, space_id, session_id, turn_id, messages, created_at, False)
-            else:
-                await self._ingest(qid, space_id, session_id, turn_id, messages, created_at)
+            with charged_to(space_id):
+                await self._process_turn(qid, space_id, session_id, turn_id, messages, created_at)
         except LLMError as exc:
             await self._failed(qid, space_id, session_id, turn_id, messages, created_at, attempts, str(exc))
             return
@@ -182,6 +180,12 @@ class IngestWorker:
                 await self.on_ingested(space_id)
             except Exception:
                 log.exception("post-ingest hook failed for space %s", space_id)
+
+    async def _process_turn(self, qid, space_id, session_id, turn_id, messages, created_at) -> None:
+        if self.llm is None:
+            await asyncio.to_thread(self._store_raw, qid, space_id, session_id, turn_id, messages, created_at, False)
+        else:
+            await self._ingest(qid, space_id, session_id, turn_id, messages, created_at)
 
     async def _failed(self, qid, space_id, session_id, turn_id, messages, created_at, attempts, error) -> None:
         attempts += 1
@@ -357,10 +361,11 @@ class IngestWorker:
         handled = 0
         for space_id, _turn_id, ids, texts, created_at in rows:
             try:
-                answer = await self.llm.complete_json(
-                    prompts.FACTS_ONLY_SYSTEM.format(date=f"{created_at:%Y-%m-%d}"),
-                    "\n".join(f"{i}. {redact(t)}" for i, t in enumerate(texts, start=1)),
-                    F.FactsAnswer, purpose="ingest")
+                with charged_to(space_id):
+                    answer = await self.llm.complete_json(
+                        prompts.FACTS_ONLY_SYSTEM.format(date=f"{created_at:%Y-%m-%d}"),
+                        "\n".join(f"{i}. {redact(t)}" for i, t in enumerate(texts, start=1)),
+                        F.FactsAnswer, purpose="ingest")
                 new_facts = F.keep_statements(answer.facts, self.settings.max_facts_per_turn)
                 plan, decisions = await self._plan_facts(
                     space_id, new_facts,

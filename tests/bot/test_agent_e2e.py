@@ -158,3 +158,27 @@ async def test_admin_stats_counts_todays_llm_use(bot, fake_llm):
     await ch.wait_for(2)
     stats = ch.texts()[-1]
     assert "LLM today: " in stats and "LLM today: 0 calls" not in stats
+
+
+async def test_llm_usage_is_charged_to_the_space_of_the_turn_and_its_ingestion(bot, fake_llm):
+    app, ch = bot
+    await ch.say("alice", "I keep my bike in the blue shed.")
+    await ch.say("bob", "My sister lives in Porto.")
+    await ch.say("bob", "She is a nurse there.")
+    await ch.wait_for(3)
+    await app.gateway.idle()
+    await app.engine.worker.drain()
+    await app.extras["usage"].aflush()
+    spaces = {u.display_name: u.space_id for u in await app.access.users()}
+    rows = app.store.read(lambda c: c.execute(
+        "SELECT space_id, purpose, count(*) FROM llm_usage_space GROUP BY ALL ORDER BY ALL").fetchall())
+    per_space: dict[str, dict[str, int]] = {}
+    for space, purpose, n in rows:
+        per_space.setdefault(space, {})[purpose] = n
+    assert set(per_space) == {spaces["alice"], spaces["bob"]}
+    assert per_space[spaces["alice"]]["reply"] == 1 and per_space[spaces["bob"]]["reply"] == 2
+    assert per_space[spaces["alice"]].get("ingest", 0) >= 1 and per_space[spaces["bob"]].get("ingest", 0) >= 1
+    # Every call of a turn or its ingestion is charged somewhere: the per-space rows add up to the total.
+    total = app.store.read(lambda c: c.execute(
+        "SELECT count(*) FROM llm_usage WHERE purpose IN ('reply', 'ingest')").fetchone()[0])
+    assert sum(n for space, purpose, n in rows if purpose in ("reply", "ingest")) == total

@@ -72,9 +72,21 @@ async def test_tasks_skills_usage(api):
     assert (await api.call("GET", "/api/v1/tasks", key))[1] == {"tasks": []}
     assert (await api.call("GET", "/api/v1/skills", key))[1] == {"skills": []}
     assert (await api.call("GET", "/api/v1/skills/nope", key))[0] == 404
-    api.app.extras["usage"].add("reply", "openai/gpt-4o-mini", True, 100, 20)
+    from memory.llm import charged_to
+
+    usage = api.app.extras["usage"]
+    with charged_to("u_alice"):
+        usage.add("reply", "openai/gpt-4o-mini", True, 100, 20)
+    with charged_to("u_bob"):
+        usage.add("reply", "openai/gpt-4o-mini", True, 5000, 900)
+    usage.add("tasks", "openai/gpt-4o-mini", True, 7, 7)  # a gateway job: no space
     status, u, _ = await api.call("GET", "/api/v1/usage", key)
-    assert status == 200 and u["usage"][0]["calls"] == 1 and u["usage"][0]["prompt_tokens"] == 100
+    assert status == 200 and u["scope"] == "space"
+    assert [(r["purpose"], r["calls"], r["prompt_tokens"], r["completion_tokens"]) for r in u["usage"]] == \
+        [("reply", 1, 100, 20)]
+    assert u["usage"][0]["cost"] > 0  # litellm knows gpt-4o-mini's price
+    bob = (await api.call("GET", "/api/v1/usage", api.key("u_bob")))[1]["usage"]
+    assert [(r["calls"], r["prompt_tokens"]) for r in bob] == [(1, 5000)]
 
 
 async def test_healthz_and_metrics_need_no_key(api):
