@@ -47,11 +47,18 @@ async def start_gateway(env, data):
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "run", env=env, cwd=ROOT,
                                                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
                                                 stderr=asyncio.subprocess.PIPE)
-    while not (data / "api.json").exists():  # the gateway publishes its address once it listens
+    while _published_pid(data) != proc.pid:  # the gateway publishes its address once it listens
         if proc.returncode is not None:
             raise AssertionError((await proc.stderr.read()).decode()[-2000:])
         await asyncio.sleep(0.1)
     return proc
+
+
+def _published_pid(data) -> int | None:
+    try:
+        return json.loads((data / "api.json").read_text())["pid"]
+    except (OSError, ValueError, KeyError):
+        return None  # not there yet, or caught half-written
 
 
 async def stranger_code(tg: FakeTelegram, user: int = 501) -> str:
