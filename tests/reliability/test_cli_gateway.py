@@ -9,6 +9,8 @@ import json
 import signal
 from pathlib import Path
 
+import pytest
+
 from tests.bot.test_cli import env_for
 from tests.bot.test_cli_gateway import PAIRING_CODE, config, memgate, start_gateway, stranger_code
 from tests.fakes.llm_server import FakeLLM
@@ -55,6 +57,7 @@ async def approvals_through_the_gateway_survive_a_kill(tmp: Path) -> Counts:
                   leaked=leaked, note=json.dumps({"approved_via_api": approved}))
 
 
+@pytest.mark.timeout(900)  # two gateway starts and three CLI runs: slow on a loaded machine, never timed
 async def test_approvals_through_the_gateway_survive_a_kill(tmp_path):
     counts = await approvals_through_the_gateway_survive_a_kill(tmp_path)
     assert counts.stored == counts.messages_in
