@@ -1,4 +1,4 @@
-// Usage: LLM calls and tokens per day, stacked by purpose (the gateway's totals: rows carry no space).
+// Usage: LLM calls and tokens per day, stacked by purpose, for the key's space.
 import {get} from './api.js';
 import {legend, stackedBars} from './charts.js';
 import {clear, field, h} from './dom.js';

@@ -179,7 +179,10 @@ async def test_dashboard_in_chromium(api, shots):
             assert md["imgs"] == 0 and "&lt;img" in md["html"] and "<code>pg_dump</code>" in md["html"]
             assert "<h3>Backup</h3>" in md["html"] and "<strong>check</strong>" in md["html"]
             assert md["diff"] == [" a", "-b", "+B", " c"]
-            api.app.extras["usage"].add("reply", "openai/gpt-4o-mini", True, 100, 20)
+            from memory.llm import charged_to
+
+            with charged_to("u_alice"):  # usage is per space: a call made for this key's space
+                api.app.extras["usage"].add("reply", "openai/gpt-4o-mini", True, 100, 20)
             await p.go("usage")
             await p.page.locator("#usage-box svg rect.seg").first.wait_for()
             saved.append(await p.shot("usage"))
