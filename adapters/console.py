@@ -12,12 +12,14 @@ import itertools
 import re
 import sys
 import threading
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import TextIO
 
 from bot.channel import InboundHandler
+from bot.errors import StoreError
 from bot.message import Message, Reply
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -56,6 +58,8 @@ class ConsoleAdapter:
         self._inbound: InboundHandler | None = None
         self.closed = asyncio.Event()
         self._counter = itertools.count(1)
+        # Ids must not repeat across runs: the inbox takes a repeated id for a redelivery.
+        self._run = uuid.uuid4().hex[:8]
         self._write_lock = asyncio.Lock()
 
     async def start(self, inbound: InboundHandler) -> None:
@@ -100,10 +104,23 @@ class ConsoleAdapter:
                 if not text.strip():
                     continue
                 msg = Message(channel=self.name, chat_id=self.user, sender_id=self.user, sender_name=self.user,
-                              text=text, timestamp=datetime.now(UTC), message_id=str(next(self._counter)))
-                await self._inbound(msg)
+                              text=text, timestamp=datetime.now(UTC), message_id=f"{self._run}-{next(self._counter)}")
+                await self._hand_over(msg)
         finally:
             self.closed.set()
+
+    async def _hand_over(self, msg: Message) -> None:
+        """The terminal cannot send a line again: keep it and retry until the gateway recorded it."""
+        assert self._inbound is not None
+        delay = 0.5
+        while True:
+            try:
+                await self._inbound(msg)
+                return
+            except StoreError:
+                # The gateway has told the person why; the line waits here, in order.
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
 
     async def send(self, reply: Reply) -> None:
         async with self._write_lock:

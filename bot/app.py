@@ -23,6 +23,8 @@ from bot.config import Settings
 from bot.gateway import Gateway, GatewaySettings
 from bot.linking import LINKING_MIGRATIONS, Linking
 from bot.pairing import Pairing
+from bot.inbox import INBOX_MIGRATIONS
+from bot.outbox import OUTBOX_MIGRATIONS, OutboxSettings
 from bot.sessions import SESSION_MIGRATIONS, Sessions
 from bot.task_wiring import TaskHost, wire_tasks
 from bot.tools import ToolBox
@@ -125,7 +127,7 @@ def open_store(settings: Settings, extra: Sequence = ()) -> Store:
     dim = settings.embedding.dim
     return Store(settings.db_path, dim, extra_migrations=(*ACCESS_MIGRATIONS, *LINKING_MIGRATIONS, *SESSION_MIGRATIONS,
                                                           *SCHEDULER_MIGRATIONS, *KEY_MIGRATIONS, *USAGE_MIGRATIONS,
-                                                          *extra))
+                                                          *INBOX_MIGRATIONS, *OUTBOX_MIGRATIONS, *extra))
 
 
 @dataclass
@@ -225,7 +227,11 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
     gateway = Gateway(access=access, sessions=sessions, agent=agent, commands=commands, clock=clock,
                       settings=GatewaySettings(queue_size=settings.agent.queue_size,
                                                history_tokens=settings.agent.history_tokens,
-                                               public_space=access.PUBLIC_SPACE))
+                                               public_space=access.PUBLIC_SPACE,
+                                               storage_retry=settings.delivery.storage_retry_seconds),
+                      outbox_settings=OutboxSettings(retry_base=settings.delivery.retry_base_seconds,
+                                                     retry_cap=settings.delivery.retry_cap_seconds,
+                                                     give_up_hours=settings.delivery.give_up_hours))
     for ch in channels:
         gateway.add_channel(ch)
         # A channel in trouble (a lost login, replies refused) tells the owner, on another channel if need be.

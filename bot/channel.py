@@ -11,8 +11,11 @@ from typing import Protocol, runtime_checkable
 
 from bot.message import Message, Reply
 
-# The gateway's entry point: an adapter awaits it for every inbound message. It returns quickly
-# (the message is queued, not answered); replies come back through Channel.send.
+# The gateway's entry point: an adapter awaits it for every inbound message. It returns once the
+# message is durably in the inbox (queued, not answered; replies come back through Channel.send),
+# and only then may the adapter acknowledge it to the platform (Telegram offset, iLink cursor,
+# Official Account response). When it raises, the message was not recorded: the adapter must
+# leave it unacknowledged so the platform delivers it again (or, with no platform, retry it).
 InboundHandler = Callable[[Message], Awaitable[None]]
 
 # Called by a channel with a line the owner must read: a lost login, replies the platform refuses.
@@ -34,7 +37,13 @@ class Channel(Protocol):
     async def stop(self) -> None: ...
 
     async def send(self, reply: Reply) -> None:
-        """Deliver a reply, split and formatted for the platform. Raises ChannelError on a final failure."""
+        """Deliver a reply, split and formatted for the platform.
+
+        Raises ChannelError when it did not go out, with `permanent` set when retrying cannot
+        help (blocked, chat gone) and `retry_after` when the platform said how long to wait.
+        A channel may also offer `split(reply) -> list[Reply]`: the parts it sends as one message
+        each, so the outbox can retry a failed part without repeating the ones before it.
+        """
         ...
 
     def typing(self, message: Message) -> AbstractAsyncContextManager[None]:

@@ -143,6 +143,13 @@ class ApiConfig(_Section):
     session_idle_minutes: float = Field(default=30.0, gt=0, le=10080)  # dashboard login ends after this idle time
 
 
+class DeliveryConfig(_Section):
+    retry_base_seconds: float = Field(1.0, gt=0)      # first retry of a failed send; doubles each time
+    retry_cap_seconds: float = Field(300.0, gt=0)     # the longest wait between two attempts
+    give_up_hours: float = Field(24.0, gt=0)          # a reply still failing after this is closed
+    storage_retry_seconds: float = Field(5.0, gt=0)   # how often a turn held back by a full disk is retried
+
+
 class Settings(_Section):
     data_dir: str = "~/.local/share/memgate"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
@@ -154,6 +161,9 @@ class Settings(_Section):
     channels: ChannelsConfig = ChannelsConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     api: ApiConfig = ApiConfig()
+
+
+    delivery: DeliveryConfig = DeliveryConfig()
     # Secrets, from the environment only (never from the file, never logged).
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
 

@@ -1,8 +1,9 @@
 """Errors of the gateway layer, rooted in memory's MemgateError."""
 
-from memory.errors import LLMError, MemgateError, StoreError, StoreLockedError
+from memory.errors import LLMError, MemgateError, StoreError, StoreLockedError, StoreWriteError
 
-__all__ = ["ChannelError", "ConfigError", "LLMError", "MemgateError", "StoreError", "StoreLockedError"]
+__all__ = ["ChannelError", "ConfigError", "LLMError", "MemgateError", "StoreError", "StoreLockedError",
+           "StoreWriteError"]
 
 
 class ConfigError(MemgateError):
@@ -10,4 +11,15 @@ class ConfigError(MemgateError):
 
 
 class ChannelError(MemgateError):
-    """A channel could not start, or a platform refused a call we cannot retry."""
+    """A channel could not start, or a platform call failed.
+
+    The outbox decides from these two fields what to do with a reply that did not go out:
+    `permanent` (blocked by the user, chat gone, message refused as such) is recorded and never
+    retried; anything else is retried with backoff, no sooner than `retry_after` seconds when
+    the platform said how long to wait (a 429's retry_after).
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.permanent = permanent

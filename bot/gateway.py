@@ -1,5 +1,10 @@
-"""The gateway: inbound message -> access -> per-conversation FIFO queue -> command or agent
-turn -> reply through the message's channel.
+"""The gateway: inbound message -> inbox -> per-conversation FIFO queue -> access -> command or
+agent turn -> outbox -> the message's channel.
+
+Nothing accepted is lost: a message is in the durable inbox before the adapter acknowledges it
+to the platform, and its reply in the durable outbox before it is sent; a restart answers what
+was accepted and not answered, and sends what was not delivered. A store that cannot be
+written (disk full) holds a turn back, tells the person, and the turn runs once it can.
 
 One turn in flight per conversation (its queue is bounded; overflow is told to the sender,
 never dropped silently); many conversations in parallel. Each conversation's worker task
@@ -10,15 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from bot.channel import Channel
 from bot.access import Access, Allowed, Refused
 from bot.agent import Agent, TurnRequest, TurnResult
 from bot.commands import CommandContext, Commands
-from bot.errors import ChannelError
+from bot.errors import ChannelError, StoreWriteError
+from bot.inbox import Inbox, InboxEntry, platform_key
+from bot.outbox import Outbox, OutboxSettings
 from bot.message import Kind, Message, Reply
 from bot.sessions import Sessions
 from bot.tools import ToolContext
@@ -27,6 +35,8 @@ log = logging.getLogger(__name__)
 
 OVERFLOW_TEXT = ("I still have {n} of your messages to answer, so I could not take this one. "
                  "Please send it again once I have replied.")
+STORAGE_DOWN_TEXT = ("I could not save your message just now (my storage is full or failing). "
+                     "I'll answer it as soon as storage is back; no need to send it again.")
 UNSUPPORTED_TEXT = {
     Kind.VOICE: "Voice messages are not supported yet; please type your message.",
     Kind.STICKER: "I can't read stickers; please send me text.",
@@ -43,19 +53,21 @@ class GatewaySettings:
     queue_size: int = 20
     history_tokens: int = 2000
     public_space: str = "public"
+    storage_retry: float = 5.0  # seconds between attempts to process what a full disk held back
 
 
 @dataclass
 class _Item:
-    msg: Message
-    allowed: Allowed
+    entry: InboxEntry
 
 
 class Gateway:
-    """Routes messages between channels, access control, commands and the agent."""
+    """Routes messages between channels, the inbox, access control, commands, the agent and the outbox."""
 
     def __init__(self, *, access: Access, sessions: Sessions, agent: Agent | None, commands: Commands,
-                 clock: Callable[[], datetime], settings: GatewaySettings | None = None) -> None:
+                 clock: Callable[[], datetime], settings: GatewaySettings | None = None,
+                 inbox: Inbox | None = None, outbox_settings: OutboxSettings | None = None,
+                 wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.access = access
         self.sessions = sessions
         self.agent = agent
@@ -63,8 +75,17 @@ class Gateway:
         self.clock = clock
         self.settings = settings or GatewaySettings()
         self.channels: dict[str, Channel] = {}
-        self._queues: dict[str, asyncio.Queue[_Item]] = {}
+        store = sessions.store
+        self.inbox = inbox or Inbox(store, clock=clock)
+        # Retries are due in real time, whatever clock the tests move.
+        self.outbox = Outbox(store, self.channels, clock=wall_clock, settings=outbox_settings)
+        self._queues: dict[str, deque[_Item]] = {}
         self._workers: dict[str, asyncio.Task] = {}
+        # Conversations whose messages wait for the store to be writable again, in order.
+        self._parked: dict[str, deque[_Item]] = {}
+        self._told_storage_down: set[str] = set()
+        self._retry_task: asyncio.Task | None = None
+        self._running = False
         self._closing = False
         self.on_turn: Callable[[TurnResult], None] | None = None  # metrics hook (bench, /stats)
 
@@ -72,12 +93,20 @@ class Gateway:
         self.channels[channel.name] = channel
 
     async def start(self) -> None:
+        """Queue what a previous run accepted but did not answer, start the channels, then answer."""
+        for entry in await asyncio.to_thread(self.inbox.pending):
+            self._queues.setdefault(entry.message.conversation_key, deque()).append(_Item(entry))
         for ch in self.channels.values():
             await ch.start(self.inbound)
+        self._running = True
+        await self.outbox.start()
+        for key in list(self._queues):
+            self._spawn(key)
+        self._retry_task = asyncio.create_task(self._retry_parked(), name="gateway-storage-retry")
 
     async def stop(self, timeout: float = 60.0) -> None:
         """Stop receiving, answer what is already queued (bounded by `timeout`), stop channels."""
-        # First stop taking messages in, so nothing is acknowledged to a platform and then dropped.
+        # First stop taking messages in: what is accepted later waits in the inbox for the next run.
         for ch in self.channels.values():
             stop_receiving = getattr(ch, "stop_receiving", None)
             if stop_receiving is not None:
@@ -86,10 +115,14 @@ class Gateway:
                 except Exception:
                     log.exception("channel %s did not stop receiving cleanly", ch.name)
         self._closing = True
+        if self._retry_task is not None:
+            self._retry_task.cancel()
+            await asyncio.gather(self._retry_task, return_exceptions=True)
         if self._workers:
             done, pending = await asyncio.wait(list(self._workers.values()), timeout=timeout)
             for t in pending:
                 t.cancel()
+        await self.outbox.stop()
         for ch in self.channels.values():
             try:
                 await ch.stop()
@@ -97,70 +130,125 @@ class Gateway:
                 log.exception("channel %s did not stop cleanly", ch.name)
 
     async def idle(self) -> None:
-        """Wait until every conversation queue is empty (tests, benchmarks)."""
+        """Wait until every conversation queue is empty and what is due has been sent (tests, benchmarks)."""
         while self._workers:
             await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
 
     # --- inbound ---------------------------------------------------------------------------
     async def inbound(self, msg: Message) -> None:
-        """The adapters' callback: check access and queue the message. Returns quickly."""
-        if self._closing:
-            return
-        decision = await self.access.check(msg)
-        if isinstance(decision, Refused):
-            if decision.reply:
-                await self._send(msg, decision.reply)
-            return
+        """The adapters' callback: record the message durably, then queue it. Returns quickly.
+
+        When this returns the message is in the inbox, so the adapter may acknowledge it to the
+        platform. When it raises (the store cannot be written) the adapter must not: the
+        platform redelivers and the message is recorded then.
+        """
         key = msg.conversation_key
-        queue = self._queues.get(key)
-        if queue is None:
-            queue = self._queues[key] = asyncio.Queue(maxsize=self.settings.queue_size)
-        try:
-            queue.put_nowait(_Item(msg, decision))
-        except asyncio.QueueFull:
+        waiting = len(self._queues.get(key, ())) + len(self._parked.get(key, ()))
+        if waiting >= self.settings.queue_size and not self._closing:
             log.warning("queue full for %s; told the sender", key)
-            await self._send(msg, OVERFLOW_TEXT.format(n=queue.qsize()))
+            await self._send_now(msg, OVERFLOW_TEXT.format(n=waiting))
             return
-        if key not in self._workers:
+        try:
+            entry = await asyncio.to_thread(self.inbox.accept, msg)
+        except StoreWriteError as exc:
+            log.error("inbox: cannot record a message in %s (%s); the channel keeps it unacknowledged", key, exc)
+            await self._tell_storage_down(msg, f"in:{msg.channel}:{platform_key(msg)}")
+            raise
+        if entry is None:
+            log.info("inbox: %s redelivered a message already accepted in %s; not answered again", msg.channel, key)
+            return
+        if self._closing:
+            return  # recorded: the next run answers it
+        parked = self._parked.get(key)
+        if parked is not None:
+            parked.append(_Item(entry))  # behind what the full disk held back, in order
+            return
+        self._queues.setdefault(key, deque()).append(_Item(entry))
+        if self._running:
+            self._spawn(key)
+
+    def _spawn(self, key: str) -> None:
+        if key not in self._workers and self._queues.get(key):
             self._workers[key] = asyncio.create_task(self._drain(key), name=f"conversation:{key}")
 
     async def _drain(self, key: str) -> None:
         queue = self._queues[key]
         try:
-            while not queue.empty():
-                item = queue.get_nowait()
+            while queue:
+                item = queue.popleft()
                 try:
-                    await self._handle(item.msg, item.allowed)
+                    await self._process(item)
+                except StoreWriteError as exc:
+                    # Nothing is lost: the message stays pending in the inbox and is processed again
+                    # once the store is writable; the person is told why the answer waits.
+                    log.error("turn in %s held back, the store cannot be written: %s", key, exc)
+                    parked = self._parked.setdefault(key, deque())
+                    parked.append(item)
+                    parked.extend(queue)
+                    queue.clear()
+                    for waiting in parked:
+                        await self._tell_storage_down(waiting.entry.message, f"turn:{waiting.entry.seq}")
                 except Exception:
-                    log.exception("turn failed in %s", key)
-                    await self._send(item.msg, "Sorry, something went wrong on my side. Please try again.")
+                    # A bug: the message stays pending in the inbox (the next run tries it again).
+                    log.exception("processing a message in %s failed", key)
         finally:
             self._workers.pop(key, None)
-            if queue.empty():
+            if not queue:
                 self._queues.pop(key, None)
 
+    async def _retry_parked(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.storage_retry)
+            for key in list(self._parked):
+                if key in self._workers:
+                    continue
+                items = self._parked.pop(key)
+                queue = self._queues.setdefault(key, deque())
+                queue.extendleft(reversed(items))
+                self._spawn(key)
+
+    async def _process(self, item: _Item) -> None:
+        """One accepted message: access, then command or turn; its answer goes to the outbox."""
+        entry = item.entry
+        msg = entry.message
+        decision = await self.access.check(msg)
+        if isinstance(decision, Refused):
+            if decision.reply:
+                await self._reply(entry, decision.reply)
+            else:
+                await asyncio.to_thread(self.inbox.close, entry.seq, "refused")
+            return
+        try:
+            out = await self._handle(msg, decision)
+        except StoreWriteError:
+            raise
+        except Exception:
+            log.exception("turn failed in %s", msg.conversation_key)
+            out = "Sorry, something went wrong on my side. Please try again."
+        if out is None:
+            await asyncio.to_thread(self.inbox.close, entry.seq, "nothing to answer")
+            return
+        await self._reply(entry, out)
+
     # --- one message -----------------------------------------------------------------------
-    async def _handle(self, msg: Message, allowed: Allowed) -> None:
+    async def _handle(self, msg: Message, allowed: Allowed) -> str | Reply | None:
+        """The answer to one message (None: nothing to say)."""
         if msg.kind is not Kind.TEXT and not msg.text.strip():
-            await self._send(msg, UNSUPPORTED_TEXT.get(msg.kind, UNSUPPORTED_TEXT[Kind.OTHER]))
-            return
+            return UNSUPPORTED_TEXT.get(msg.kind, UNSUPPORTED_TEXT[Kind.OTHER])
         if msg.kind is Kind.EDITED:
-            await self._send(msg, UNSUPPORTED_TEXT[Kind.EDITED])
-            return
+            return UNSUPPORTED_TEXT[Kind.EDITED]
         text = msg.text.strip()
         if not text:
-            return
+            return None
         ctx = ToolContext(space_ids=allowed.space_ids, write_space=allowed.write_space,
                           public_space=self.settings.public_space, may_write_public=allowed.may_write_public,
                           kept_spaces=allowed.kept_spaces)
         if text.startswith("/"):
             out = await self.commands.handle(CommandContext(msg=msg, allowed=allowed, tools=ctx, gateway=self))
             if out is not None:
-                await self._deliver(msg, out)
-                return
+                return out
         if self.agent is None:
-            await self._send(msg, "No language model is configured, so I can only run commands. Try /help.")
-            return
+            return "No language model is configured, so I can only run commands. Try /help."
         session = await self.sessions.current(msg.conversation_key, allowed.write_space)
         history = await self.sessions.history(session.session_id, self.settings.history_tokens)
         req = TurnRequest(text=msg.text_for_agent.strip(), turn_id=f"{msg.conversation_key}:{msg.message_id or id(msg)}:{msg.timestamp.timestamp()}",
@@ -174,33 +262,46 @@ class Gateway:
             result = await self.agent.run(req)
         if self.on_turn is not None:
             self.on_turn(result)
-        await self._send(msg, result.reply)
+        return result.reply
 
     async def new_session(self, msg: Message, allowed: Allowed) -> None:
         await self.sessions.current(msg.conversation_key, allowed.write_space, force_new=True)
 
     # --- outbound --------------------------------------------------------------------------
-    async def _deliver(self, msg: Message, out: str | Reply) -> None:
+    def _reply_for(self, msg: Message, out: str | Reply) -> Reply:
         if isinstance(out, Reply):
-            await self._send_reply(msg.channel, out)
-        else:
-            await self._send(msg, out)
+            return out
+        return Reply(channel=msg.channel, chat_id=msg.chat_id, text=out, thread_id=msg.thread_id,
+                     reply_to=msg.message_id, recipient_id=msg.sender_id)
 
-    async def _send(self, msg: Message, text: str) -> None:
-        await self._send_reply(msg.channel, Reply(channel=msg.channel, chat_id=msg.chat_id, text=text,
-                                                  thread_id=msg.thread_id, reply_to=msg.message_id,
-                                                  recipient_id=msg.sender_id))
+    async def _reply(self, entry: InboxEntry, out: str | Reply) -> None:
+        """Write the answer to the outbox (the message becomes `replied`), then send what is due."""
+        key = entry.message.conversation_key
+        await self.outbox.aput(key, self._reply_for(entry.message, out), entry.seq)
+        try:
+            await self.outbox.flush(key)
+        except StoreWriteError as exc:
+            # The reply is durable; the outbox loop sends it once the store can record it.
+            log.warning("outbox: delivery in %s waits for the store: %s", key, exc)
 
-    async def _send_reply(self, channel_name: str, reply: Reply) -> None:
-        channel = self.channels.get(channel_name)
+    async def _send_now(self, msg: Message, text: str) -> None:
+        """A notice sent directly, not through the outbox (it says the outbox cannot be used)."""
+        channel = self.channels.get(msg.channel)
         if channel is None:
-            log.error("no channel %s to answer on", channel_name)
+            log.error("no channel %s to answer on", msg.channel)
             return
         try:
-            await channel.send(reply)
+            await channel.send(self._reply_for(msg, text))
         except ChannelError as exc:
-            # The turn is already captured; the person's words are safe even if delivery failed.
-            log.error("delivery on %s failed: %s", channel_name, exc)
+            log.error("delivery on %s failed: %s", msg.channel, exc)
+
+    async def _tell_storage_down(self, msg: Message, once_key: str) -> None:
+        if once_key in self._told_storage_down:
+            return
+        if len(self._told_storage_down) > 10_000:
+            self._told_storage_down.clear()
+        self._told_storage_down.add(once_key)
+        await self._send_now(msg, STORAGE_DOWN_TEXT)
 
     async def tell(self, channel: str, chat_id: str, recipient_id: str, text: str) -> None:
         """Send `text` to another chat than the one being answered (a person let in, a link to confirm)."""

@@ -9,6 +9,10 @@ class StoreError(MemgateError):
     """The database could not be opened, migrated or written."""
 
 
+class StoreWriteError(StoreError):
+    """A write could not be committed (disk full, I/O error); the same write may work later."""
+
+
 class StoreLockedError(StoreError):
     """Another process (usually a running gateway) holds the database file."""
 

@@ -11,6 +11,7 @@ the gateway. The command menu the composition root hands over is registered at s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -21,13 +22,13 @@ from typing import Any, TypeVar
 from telegram import InputFile, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
-from telegram.ext import AIORateLimiter, Application, ApplicationBuilder, ContextTypes, TypeHandler
+from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 
 from bot.channel import InboundHandler, MenuCommand
 from adapters.split import split_message
 from adapters.telegram.format import markdown_to_plain, markdown_to_telegram_html
 from adapters.telegram.inbound import message_from_update
-from bot.errors import ChannelError
+from bot.errors import ChannelError, StoreError
 from bot.message import Message, Reply
 
 __all__ = ["TELEGRAM_CAPTION_LIMIT", "TELEGRAM_TEXT_LIMIT", "TelegramAdapter", "message_from_update", "utf16_len"]
@@ -96,6 +97,8 @@ class TelegramAdapter:
         self._retry_delay = retry_delay
         self._request_timeout = request_timeout
         self._app: Application | None = None
+        self._poll_task: asyncio.Task[None] | None = None
+        self._offset = 0  # the next update id to fetch: everything below it is recorded
         self._inbound: InboundHandler | None = None
         self._typing_tasks: set[asyncio.Task[None]] = set()
         self._sending: set[asyncio.Task[Any]] = set()
@@ -139,21 +142,13 @@ class TelegramAdapter:
                 log.warning("%s: configured bot_username @%s is not the bot's (@%s); using @%s",
                             self.name, self._bot_username, app.bot.username, app.bot.username)
             self._bot_username = app.bot.username
-        app.add_handler(TypeHandler(Update, self._on_update))
-        app.add_error_handler(self._on_error)
         try:
-            assert app.updater is not None
-            await app.updater.start_polling(
-                timeout=timedelta(seconds=self._poll_timeout),
-                drop_pending_updates=False,
-                allowed_updates=list(ALLOWED_UPDATES),
-                error_callback=self._on_poll_error,
-            )
-            await app.start()
+            await app.bot.delete_webhook(drop_pending_updates=False)
         except TelegramError as exc:
             await self.stop()
             raise ChannelError(f"{self.name}: polling could not start: {self._safe(exc)}") from exc
         await self._register_menu(app)
+        self._poll_task = asyncio.create_task(self._poll_loop(app), name=f"{self.name}-poll")
         log.info("%s: polling as @%s", self.name, self._bot_username)
 
     async def _register_menu(self, app: Application) -> None:
@@ -167,19 +162,30 @@ class TelegramAdapter:
             log.warning("%s: setMyCommands failed, no command menu: %s", self.name, self._safe(exc))
 
     async def stop_receiving(self) -> None:
-        """Stop long polling (updates not fetched stay on Telegram's side); sending still works."""
+        """Stop long polling (updates not handed over stay on Telegram's side); sending still works.
+
+        Every update handed over is in the gateway's inbox, so a last getUpdates confirms them
+        (else the next start would fetch them again, and the inbox would drop them as repeats).
+        """
+        task, self._poll_task = self._poll_task, None
+        if task is None:
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
         app = self._app
-        if app is not None and app.updater is not None and app.updater.running:
-            await app.updater.stop()
+        if app is not None and self._offset:
+            try:
+                await app.bot.get_updates(offset=self._offset, timeout=timedelta(0), allowed_updates=list(ALLOWED_UPDATES))
+            except TelegramError as exc:
+                log.info("%s: could not confirm the last updates (%s); they will be fetched again", self.name, self._safe(exc))
 
     async def stop(self) -> None:
         """Stop polling, let in-flight sends finish (bounded), then close the HTTP clients."""
-        app, self._app = self._app, None
-        if app is None:
+        if self._app is None:
             return
+        await self.stop_receiving()
+        app, self._app = self._app, None
         try:
-            if app.updater is not None and app.updater.running:
-                await app.updater.stop()
             if app.running:
                 await app.stop()
             pending = {t for t in self._sending if t is not asyncio.current_task()}
@@ -195,9 +201,12 @@ class TelegramAdapter:
             self._redact.remove()
 
     def _build_app(self) -> Application:
+        # No Updater: it confirms an update (the next getUpdates offset) as soon as it is queued,
+        # before anyone has stored it. The poll loop below confirms only what the gateway recorded.
         builder = (
             ApplicationBuilder()
             .token(self._token)
+            .updater(None)
             .rate_limiter(AIORateLimiter(max_retries=3))
             .job_queue(None)
             .connect_timeout(self._request_timeout)
@@ -216,25 +225,70 @@ class TelegramAdapter:
 
     # -- inbound ------------------------------------------------------------------------------
 
-    async def _on_update(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
-        if not isinstance(update, Update) or self._inbound is None:
+    async def _poll_loop(self, app: Application) -> None:
+        """getUpdates, hand each update to the gateway, and confirm it (offset) only once it is
+        recorded. An update the gateway could not record is fetched again after a pause."""
+        failures = 0
+        while True:
+            try:
+                updates = await app.bot.get_updates(offset=self._offset or None,
+                                                    timeout=timedelta(seconds=self._poll_timeout),
+                                                    allowed_updates=list(ALLOWED_UPDATES))
+            except TelegramError as exc:
+                failures += 1
+                self._on_poll_error(exc)
+                await asyncio.sleep(_poll_backoff(failures, self._retry_delay))
+                continue
+            failures = 0
+            for update in updates:
+                try:
+                    await self._on_update(update)
+                except StoreError as exc:
+                    # Not recorded: leave it unconfirmed, so Telegram hands it out again.
+                    failures += 1
+                    log.error("%s: update %s could not be recorded (%s); fetching it again", self.name,
+                              update.update_id, exc)
+                    await asyncio.sleep(_poll_backoff(failures, self._retry_delay))
+                    break
+                except Exception:
+                    # A bug on our side: fetching the update again would stall every chat behind it.
+                    log.exception("%s: handling update %s failed; skipped", self.name, update.update_id)
+                self._offset = update.update_id + 1
+
+    async def _on_update(self, update: Update) -> None:
+        if self._inbound is None:
             return
-        message = message_from_update(
-            update, channel=self.name, bot_id=self._bot_id, bot_username=self._bot_username
-        )
+        try:
+            message = message_from_update(
+                update, channel=self.name, bot_id=self._bot_id, bot_username=self._bot_username
+            )
+        except Exception:
+            # A malformed update would stall the bot if it were fetched again forever.
+            log.exception("%s: update %s could not be read; skipped", self.name, update.update_id)
+            return
         if message is None:
             return
         log.debug("%s: inbound %s in %s", self.name, message.kind, message.conversation_key)
         await self._inbound(message)
 
-    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
-        # The inbound handler failed; polling goes on (one bad update must not stop the bot).
-        log.error("%s: handling an update failed", self.name, exc_info=context.error)
-
     def _on_poll_error(self, exc: TelegramError) -> None:
         log.warning("%s: getUpdates failed, retrying: %s", self.name, self._safe(exc))
 
     # -- outbound -----------------------------------------------------------------------------
+
+    def split(self, reply: Reply) -> list[Reply]:
+        """The reply as the messages `send` delivers one at a time: markdown parts of at most 4096
+        UTF-16 units (the first quotes the user's message), then the document, if any (a short
+        text rides along as its caption). The outbox sends and retries them one by one."""
+        text = reply.text or ""
+        if reply.document is not None and (not text.strip() or utf16_len(text) <= TELEGRAM_CAPTION_LIMIT):
+            return [reply]
+        pieces = split_message(text, TELEGRAM_TEXT_LIMIT, measure=utf16_len) if text.strip() else []
+        parts = [dataclasses.replace(reply, text=piece, document=None, reply_to=reply.reply_to if i == 0 else None)
+                 for i, piece in enumerate(pieces)]
+        if reply.document is not None:
+            parts.append(dataclasses.replace(reply, text="", reply_to=None if parts else reply.reply_to))
+        return parts or [reply]
 
     async def send(self, reply: Reply) -> None:
         """Split the markdown at 4096, send each part as HTML (plain text if Telegram cannot parse
@@ -280,14 +334,15 @@ class TelegramAdapter:
             return True
         except BadRequest as exc:
             if not _is_parse_error(exc):
-                raise ChannelError(f"{self.name}: sendMessage refused: {self._safe(exc)}") from exc
+                # "chat not found", "message is too long"...: the same request fails the same way.
+                raise ChannelError(f"{self.name}: sendMessage refused: {self._safe(exc)}", permanent=True) from exc
             log.warning("%s: HTML refused (%s); resending as plain text", self.name, self._safe(exc))
         # Plain text can outgrow its markdown by a little (">x" becomes "> x"): split again.
         for chunk in split_message(plain, TELEGRAM_TEXT_LIMIT, measure=utf16_len):
             try:
                 await self._call(app.bot.send_message, text=chunk, **common)
             except BadRequest as exc:
-                raise ChannelError(f"{self.name}: sendMessage refused: {self._safe(exc)}") from exc
+                raise ChannelError(f"{self.name}: sendMessage refused: {self._safe(exc)}", permanent=True) from exc
             common["reply_parameters"] = None
         return True
 
@@ -363,7 +418,7 @@ class TelegramAdapter:
             else:
                 await self._call(app.bot.send_document, fresh={"document": upload}, **common)
         except BadRequest as exc:
-            raise ChannelError(f"{self.name}: sendDocument refused: {self._safe(exc)}") from exc
+            raise ChannelError(f"{self.name}: sendDocument refused: {self._safe(exc)}", permanent=True) from exc
 
     async def _call(
         self,
@@ -386,9 +441,12 @@ class TelegramAdapter:
             except BadRequest:
                 raise
             except RetryAfter as exc:
-                raise ChannelError(f"{self.name}: still rate limited after retries ({self._safe(exc)})") from exc
+                # AIORateLimiter has waited out a few already; the outbox waits out the rest.
+                raise ChannelError(f"{self.name}: still rate limited after retries ({self._safe(exc)})",
+                                   retry_after=_seconds(exc.retry_after)) from exc
             except (Forbidden, InvalidToken) as exc:
-                raise ChannelError(f"{self.name}: refused: {self._safe(exc)}") from exc
+                # Blocked by the user, kicked from the group, or a dead token: retrying cannot help.
+                raise ChannelError(f"{self.name}: refused: {self._safe(exc)}", permanent=True) from exc
             except NetworkError as exc:
                 # TimedOut is a NetworkError too: the message may have gone out, but a rare
                 # duplicate beats a lost reply.
@@ -447,6 +505,21 @@ def telegram_menu(commands: Sequence[MenuCommand]) -> list[tuple[str, str]]:
             continue
         menu.append((name, description[:_MENU_DESCRIPTION_LIMIT]))
     return menu[:_MENU_LIMIT]
+
+
+def _poll_backoff(failures: int, base: float) -> float:
+    """Seconds before polling again after `failures` failures in a row: base * 2^(n-1), at most 30."""
+    return min(30.0, base * 2 ** max(0, failures - 1))
+
+
+def _seconds(value: object) -> float | None:
+    """retry_after as seconds (PTB gives an int or a timedelta, depending on its settings)."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
 
 
 def _is_parse_error(exc: BadRequest) -> bool:

@@ -22,7 +22,7 @@ import time
 
 import duckdb
 
-from memory.errors import StoreError, StoreLockedError
+from memory.errors import StoreError, StoreLockedError, StoreWriteError
 from memory.store.schema import MEMORY_MIGRATIONS, Migration
 
 log = logging.getLogger(__name__)
@@ -153,16 +153,31 @@ class Store:
 
     # --- access ----------------------------------------------------------------------------
     def write(self, fn: Callable[[Conn], T]) -> T:
-        """Run `fn` on the writer connection inside one transaction (rolled back on error)."""
+        """Run `fn` on the writer connection inside one transaction (rolled back on error).
+
+        Raises StoreWriteError when the disk refuses the write (full, I/O error): the database
+        stays usable and the same write may succeed once there is room again.
+        """
         with self._lock:
-            self._con.execute("BEGIN TRANSACTION")
             try:
-                result = fn(self._con)
-            except BaseException:
-                self._con.execute("ROLLBACK")
-                raise
-            self._con.execute("COMMIT")
+                self._con.execute("BEGIN TRANSACTION")
+                try:
+                    result = fn(self._con)
+                except BaseException:
+                    self._rollback()
+                    raise
+                self._con.execute("COMMIT")
+            except (duckdb.IOException, duckdb.TransactionException) as exc:
+                # A failed COMMIT ends the transaction itself; a failed statement may leave it open.
+                self._rollback()
+                raise StoreWriteError(f"the database {self.path} could not be written: {exc}") from exc
             return result
+
+    def _rollback(self) -> None:
+        try:
+            self._con.execute("ROLLBACK")
+        except duckdb.TransactionException:
+            pass  # no transaction is active any more (the failed COMMIT ended it)
 
     def read(self, fn: Callable[[Conn], T]) -> T:
         """Run `fn` on a fresh cursor (its own connection; sees committed data)."""

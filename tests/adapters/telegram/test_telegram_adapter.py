@@ -511,3 +511,24 @@ async def test_fake_get_updates_confirms_filters_and_holds(tg: FakeTelegram) -> 
     tg.inject_message(42, "three")
     _, body = await poll
     assert [u["message"]["text"] for u in body["result"]] == ["three"]
+
+
+async def test_an_update_the_gateway_could_not_record_is_not_confirmed_and_comes_again(
+        tg: FakeTelegram, adapter: TelegramAdapter) -> None:
+    from bot.errors import StoreWriteError
+
+    seen: list[str] = []
+    refusals = [StoreWriteError("disk full")]
+
+    async def recording(message: Message) -> None:
+        seen.append(message.text)
+        if refusals:
+            raise refusals.pop()
+
+    await adapter.start(recording)
+    tg.inject_message(42, "keep me")
+    tg.inject_message(42, "and me")
+    await tg.wait_until(lambda: seen.count("keep me") == 2 and "and me" in seen)
+    # Refused once, fetched again, then recorded; the next one was not skipped either.
+    assert seen == ["keep me", "keep me", "and me"]
+    await tg.wait_until(lambda: tg.pending_updates == 0)

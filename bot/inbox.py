@@ -1,0 +1,141 @@
+"""The durable inbox: every accepted message is a row before the platform is acknowledged.
+
+A message is written here (one transaction) before `Gateway.inbound` returns, and adapters
+acknowledge the platform (Telegram offset, iLink cursor, Official Account response) only
+after that. Its status then follows the turn:
+
+    pending   accepted, not yet answered (a restart answers it)
+    replied   the reply is in the outbox (the outbox delivers it, across restarts)
+    answered  every part of the reply was delivered
+    closed    nothing more will happen: refused without a reply, undeliverable, or failed
+
+Redeliveries are recognised by (channel, platform key), so each message is answered once.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from bot.message import Kind, Message
+from memory.store.connection import Conn, Migration, Store
+from memory.store.rows import utc_naive
+
+INBOX_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        500,
+        "inbox",
+        """
+        CREATE TABLE inbox (
+            seq BIGINT PRIMARY KEY,             -- arrival order (no nextval default: see DESIGN 8)
+            channel VARCHAR NOT NULL,
+            platform_key VARCHAR NOT NULL,      -- what a redelivery of the same message repeats
+            conversation_key VARCHAR NOT NULL,
+            message VARCHAR NOT NULL,           -- JSON of bot.message.Message
+            status VARCHAR NOT NULL,            -- pending | replied | answered | closed
+            note VARCHAR,                       -- why it was closed
+            received_at TIMESTAMP NOT NULL,
+            done_at TIMESTAMP
+        );
+        CREATE UNIQUE INDEX inbox_platform ON inbox(channel, platform_key);
+        """,
+    ),
+)
+
+
+class InboxStatus(StrEnum):
+    PENDING = "pending"
+    REPLIED = "replied"
+    ANSWERED = "answered"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class InboxEntry:
+    """One accepted message and its place in the inbox."""
+
+    seq: int
+    message: Message
+
+
+def platform_key(msg: Message) -> str:
+    """What identifies a message across the platform's redeliveries.
+
+    Telegram message ids are unique per chat only, so the conversation is part of the key; an
+    edit repeats the message id, so it is told apart by its edit time. A message without a
+    platform id gets a random key (it cannot be redelivered recognisably anyway).
+    """
+    if not msg.message_id:
+        return f"local:{uuid.uuid4().hex}"
+    key = f"{msg.chat_id}:{msg.thread_id or ''}:{msg.message_id}"
+    if msg.kind is Kind.EDITED:
+        key += f":edited:{msg.timestamp.timestamp()}"
+    return key
+
+
+def message_to_json(msg: Message) -> str:
+    data = asdict(msg)
+    data["timestamp"] = msg.timestamp.isoformat()
+    data["kind"] = msg.kind.value
+    return json.dumps(data, ensure_ascii=False)
+
+
+def message_from_json(text: str) -> Message:
+    data = json.loads(text)
+    data["timestamp"] = datetime.fromisoformat(data["timestamp"])
+    data["kind"] = Kind(data["kind"])
+    return Message(**data)
+
+
+class Inbox:
+    """Rows of the `inbox` table. Blocking calls; the gateway runs them off the event loop."""
+
+    def __init__(self, store: Store, *, clock: Callable[[], datetime]) -> None:
+        self.store = store
+        self.clock = clock
+
+    def accept(self, msg: Message) -> InboxEntry | None:
+        """Record a message (one transaction); None when this message was recorded before."""
+        key = platform_key(msg)
+        now = utc_naive(self.clock())
+
+        def write(con: Conn) -> InboxEntry | None:
+            seen = con.execute("SELECT 1 FROM inbox WHERE channel = ? AND platform_key = ?", [msg.channel, key]).fetchone()
+            if seen:
+                return None
+            seq = con.execute("SELECT coalesce(max(seq), 0) + 1 FROM inbox").fetchone()[0]
+            con.execute("INSERT INTO inbox (seq, channel, platform_key, conversation_key, message, status, received_at) "
+                        "VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+                        [seq, msg.channel, key, msg.conversation_key, message_to_json(msg), now])
+            return InboxEntry(seq, msg)
+
+        return self.store.write(write)
+
+    def pending(self) -> list[InboxEntry]:
+        """Accepted but not yet replied to, oldest first (what a restart must answer)."""
+        rows = self.store.read(lambda c: c.execute(
+            "SELECT seq, message FROM inbox WHERE status = 'pending' ORDER BY seq").fetchall())
+        return [InboxEntry(seq, message_from_json(text)) for seq, text in rows]
+
+    def close(self, seq: int, note: str) -> None:
+        """Nothing more will be sent for this message (refused silently, failed, undeliverable)."""
+        now = utc_naive(self.clock())
+        self.store.write(lambda c: c.execute(
+            "UPDATE inbox SET status = 'closed', note = ?, done_at = ? WHERE seq = ? AND status IN ('pending', 'replied')",
+            [note, now, seq]))
+
+    @staticmethod
+    def mark(con: Conn, seq: int, status: InboxStatus, now: datetime, note: str | None = None) -> None:
+        """Move a message on inside another writer's transaction (the outbox's)."""
+        done = now if status in (InboxStatus.ANSWERED, InboxStatus.CLOSED) else None
+        con.execute("UPDATE inbox SET status = ?, note = coalesce(?, note), done_at = ? WHERE seq = ?",
+                    [status.value, note, done, seq])
+
+    def counts(self) -> dict[str, int]:
+        """Messages per status (for /metrics and the reliability bench)."""
+        return dict(self.store.read(lambda c: c.execute("SELECT status, count(*) FROM inbox GROUP BY status").fetchall()))
+

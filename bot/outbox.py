@@ -1,0 +1,301 @@
+"""The durable outbox: replies are rows before they are sent, and go out in order.
+
+A reply is split into the parts its channel sends as one message each (`Channel.split`, when
+the channel has it) and written in one transaction with its inbox message marked `replied`.
+Per conversation only the oldest unsent part is ever attempted, so a part never overtakes the
+one before it, nor a reply an earlier reply. A send that fails for a transient reason (429,
+5xx, timeout, connection) is retried with backoff, no sooner than the platform's retry_after,
+across restarts; a permanent failure (blocked, chat gone) closes the reply and is counted.
+
+Backoff: delay(n) = min(cap, base * 2 ** (n - 1)) after the n-th failed attempt, raised to the
+platform's retry_after when it gave one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+
+from bot.channel import Channel
+from bot.errors import ChannelError, StoreWriteError
+from bot.inbox import Inbox, InboxStatus
+from bot.message import Document, Reply
+from memory.store.connection import Conn, Migration, Store
+from memory.store.rows import utc_naive
+
+log = logging.getLogger(__name__)
+
+OUTBOX_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        510,
+        "outbox",
+        """
+        CREATE TABLE outbox (
+            seq BIGINT PRIMARY KEY,             -- send order within a conversation
+            reply_id VARCHAR NOT NULL,          -- the parts of one reply share it
+            inbox_seq BIGINT,                   -- the message it answers (NULL for notices)
+            conversation_key VARCHAR NOT NULL,
+            channel VARCHAR NOT NULL,
+            part INTEGER NOT NULL,
+            parts INTEGER NOT NULL,
+            reply VARCHAR NOT NULL,             -- JSON of bot.message.Reply
+            status VARCHAR NOT NULL,            -- pending | sent | failed
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at TIMESTAMP NOT NULL,
+            last_error VARCHAR,
+            created_at TIMESTAMP NOT NULL,
+            done_at TIMESTAMP
+        );
+        """,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class OutboxSettings:
+    retry_base: float = 1.0        # seconds before the first retry
+    retry_cap: float = 300.0       # the longest wait between two attempts
+    give_up_hours: float = 24.0    # a reply still failing after this is closed as undeliverable
+    poll: float = 1.0              # how often due retries are looked for
+
+
+@dataclass
+class OutboxStats:
+    """What the outbox did since start (read by /metrics and the reliability bench)."""
+
+    sent: int = 0
+    retried: int = 0
+    failed_permanent: int = 0
+    gave_up: int = 0
+    unrecorded: int = 0            # sent, but the store could not record it yet
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    seq: int
+    reply_id: str
+    inbox_seq: int | None
+    channel: str
+    part: int
+    parts: int
+    reply: Reply
+    attempts: int
+    next_attempt_at: datetime
+    created_at: datetime
+
+
+def backoff(attempts: int, base: float, cap: float, retry_after: float | None = None) -> float:
+    """Seconds to wait after the `attempts`-th failure (see the module docstring)."""
+    delay = min(cap, base * 2 ** max(0, attempts - 1))
+    return max(delay, retry_after or 0.0)
+
+
+def reply_to_json(reply: Reply) -> str:
+    data = asdict(reply)
+    if reply.document is not None:
+        data["document"] = {"filename": reply.document.filename, "mime": reply.document.mime,
+                            "data": base64.b64encode(reply.document.data).decode("ascii")}
+    return json.dumps(data, ensure_ascii=False)
+
+
+def reply_from_json(text: str) -> Reply:
+    data = json.loads(text)
+    doc = data.get("document")
+    if doc is not None:
+        data["document"] = Document(filename=doc["filename"], data=base64.b64decode(doc["data"]), mime=doc["mime"])
+    return Reply(**data)
+
+
+class Outbox:
+    """Writes replies durably and delivers them, in order, with retries."""
+
+    def __init__(self, store: Store, channels: Mapping[str, Channel], *, clock: Callable[[], datetime],
+                 settings: OutboxSettings | None = None) -> None:
+        self.store = store
+        self.channels = channels
+        self.clock = clock
+        self.settings = settings or OutboxSettings()
+        self.stats = OutboxStats()
+        self._locks: dict[str, asyncio.Lock] = {}
+        # Parts delivered whose "sent" could not be written (disk full): recorded before any
+        # further send of their conversation, so a full disk never makes a reply go out twice.
+        self._unrecorded: dict[int, datetime] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    # --- writing -----------------------------------------------------------------------------
+    def split(self, reply: Reply) -> list[Reply]:
+        """The reply as the parts its channel sends one message each."""
+        channel = self.channels.get(reply.channel)
+        split = getattr(channel, "split", None)
+        parts = list(split(reply)) if split is not None else [reply]
+        return parts or [reply]
+
+    def put(self, conversation_key: str, reply: Reply, inbox_seq: int | None) -> None:
+        """Queue a reply (one transaction: its parts, and its message marked replied)."""
+        parts = self.split(reply)
+        now = utc_naive(self.clock())
+        reply_id = uuid.uuid4().hex
+
+        def write(con: Conn) -> None:
+            first = con.execute("SELECT coalesce(max(seq), 0) + 1 FROM outbox").fetchone()[0]
+            con.executemany(
+                "INSERT INTO outbox (seq, reply_id, inbox_seq, conversation_key, channel, part, parts, reply, status, "
+                "next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+                [[first + i, reply_id, inbox_seq, conversation_key, reply.channel, i, len(parts), reply_to_json(p), now, now]
+                 for i, p in enumerate(parts)])
+            if inbox_seq is not None:
+                Inbox.mark(con, inbox_seq, InboxStatus.REPLIED, now)
+
+        self.store.write(write)
+
+    async def aput(self, conversation_key: str, reply: Reply, inbox_seq: int | None) -> None:
+        await asyncio.to_thread(self.put, conversation_key, reply, inbox_seq)
+
+    # --- delivering --------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Deliver what a previous run left, then keep retrying what is due."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="outbox")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                for key in await asyncio.to_thread(self._due_conversations):
+                    await self.flush(key)
+            except StoreWriteError as exc:
+                log.warning("outbox: the store cannot be written (%s); retrying", exc)
+            except Exception:
+                log.exception("outbox: delivery pass failed")
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.settings.poll)
+            except TimeoutError:
+                pass
+
+    def _due_conversations(self) -> list[str]:
+        now = utc_naive(self.clock())
+        rows = self.store.read(lambda c: c.execute(
+            """SELECT conversation_key FROM outbox WHERE status = 'pending'
+               GROUP BY conversation_key HAVING min(next_attempt_at) <= ? ORDER BY min(seq)""", [now]).fetchall())
+        return [r[0] for r in rows]
+
+    async def flush(self, conversation_key: str) -> None:
+        """Send the conversation's due parts in order; stop at the first one that must wait."""
+        lock = self._locks.setdefault(conversation_key, asyncio.Lock())
+        async with lock:
+            while True:
+                part = await asyncio.to_thread(self._next, conversation_key)
+                if part is None or part.next_attempt_at > utc_naive(self.clock()):
+                    return
+                if not await self._attempt(part):
+                    return
+
+    def _next(self, conversation_key: str) -> _Part | None:
+        """The oldest unsent part of the conversation (first recording any sent-but-unrecorded one)."""
+        if self._unrecorded:
+            self._record_unrecorded()
+        row = self.store.read(lambda c: c.execute(
+            """SELECT seq, reply_id, inbox_seq, channel, part, parts, reply, attempts, next_attempt_at, created_at
+               FROM outbox WHERE conversation_key = ? AND status = 'pending' ORDER BY seq LIMIT 1""",
+            [conversation_key]).fetchone())
+        if row is None:
+            return None
+        seq, reply_id, inbox_seq, channel, idx, parts, reply, attempts, due, created = row
+        return _Part(seq, reply_id, inbox_seq, channel, idx, parts, reply_from_json(reply), attempts, due, created)
+
+    async def _attempt(self, part: _Part) -> bool:
+        """One send; True when it went out (the next part may follow)."""
+        if part.seq in self._unrecorded:
+            return False  # sent already; its record waits for the disk
+        channel = self.channels.get(part.channel)
+        try:
+            if channel is None:
+                raise ChannelError(f"no channel {part.channel} is running")
+            await channel.send(part.reply)
+        except ChannelError as exc:
+            await asyncio.to_thread(self._failed, part, exc)
+            return False
+        except Exception as exc:  # an adapter bug: retried like a transient failure, and logged
+            log.exception("outbox: sending on %s raised", part.channel)
+            await asyncio.to_thread(self._failed, part, ChannelError(f"{type(exc).__name__}: {exc}"))
+            return False
+        self.stats.sent += 1
+        now = utc_naive(self.clock())
+        try:
+            await asyncio.to_thread(self._sent, part.seq, now)
+        except StoreWriteError:
+            self.stats.unrecorded += 1
+            self._unrecorded[part.seq] = now
+            log.warning("outbox: part %s was sent but cannot be recorded yet (store not writable)", part.seq)
+            return False
+        return True
+
+    def _sent(self, seq: int, now: datetime) -> None:
+        def write(con: Conn) -> None:
+            con.execute("UPDATE outbox SET status = 'sent', attempts = attempts + 1, done_at = ? WHERE seq = ?", [now, seq])
+            # The message is answered once no part of any of its replies is still pending.
+            row = con.execute("SELECT inbox_seq FROM outbox WHERE seq = ?", [seq]).fetchone()
+            if row and row[0] is not None:
+                left = con.execute("SELECT count(*) FROM outbox WHERE inbox_seq = ? AND status = 'pending'",
+                                   [row[0]]).fetchone()[0]
+                if not left:
+                    Inbox.mark(con, row[0], InboxStatus.ANSWERED, now)
+
+        self.store.write(write)
+
+    def _record_unrecorded(self) -> None:
+        for seq, at in list(self._unrecorded.items()):
+            self._sent(seq, at)
+            del self._unrecorded[seq]
+
+    def _failed(self, part: _Part, exc: ChannelError) -> None:
+        now = utc_naive(self.clock())
+        attempts = part.attempts + 1
+        error = str(exc)[:500]
+        too_old = now - part.created_at > timedelta(hours=self.settings.give_up_hours)
+        if exc.permanent or too_old:
+            if exc.permanent:
+                self.stats.failed_permanent += 1
+                log.error("outbox: reply %s on %s cannot be delivered: %s", part.reply_id, part.channel, error)
+            else:
+                self.stats.gave_up += 1
+                log.error("outbox: reply %s on %s still failing after %s h; given up: %s", part.reply_id, part.channel,
+                          self.settings.give_up_hours, error)
+
+            def close(con: Conn) -> None:
+                # The rest of this reply goes with it: later parts make no sense without this one.
+                con.execute("UPDATE outbox SET status = 'failed', attempts = attempts + (seq = ?)::INT, last_error = ?, "
+                            "done_at = ? WHERE reply_id = ? AND status = 'pending'", [part.seq, error, now, part.reply_id])
+                if part.inbox_seq is not None:
+                    Inbox.mark(con, part.inbox_seq, InboxStatus.CLOSED, now, note=f"undeliverable: {error}")
+
+            self.store.write(close)
+            return
+        delay = backoff(attempts, self.settings.retry_base, self.settings.retry_cap, exc.retry_after)
+        self.stats.retried += 1
+        log.warning("outbox: part %d/%d of reply %s on %s failed (%s); retry %d in %.1f s", part.part + 1, part.parts,
+                    part.reply_id, part.channel, error, attempts, delay)
+        self.store.write(lambda c: c.execute(
+            "UPDATE outbox SET attempts = ?, next_attempt_at = ?, last_error = ? WHERE seq = ?",
+            [attempts, now + timedelta(seconds=delay), error, part.seq]))
+
+    def counts(self) -> dict[str, int]:
+        """Parts per status."""
+        return dict(self.store.read(lambda c: c.execute("SELECT status, count(*) FROM outbox GROUP BY status").fetchall()))
+
