@@ -22,6 +22,8 @@ SCENARIO_MODULES = (
     "tests.reliability.test_robust",
     "tests.reliability.test_isolation",
     "tests.reliability.test_channels_security",
+    "tests.reliability.test_telegram_crash",
+    "tests.reliability.test_console_crash",
 )
 
 
