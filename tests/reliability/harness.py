@@ -24,6 +24,7 @@ SCENARIO_MODULES = (
     "tests.reliability.test_channels_security",
     "tests.reliability.test_telegram_crash",
     "tests.reliability.test_console_crash",
+    "tests.reliability.test_ilink_crash",
 )
 
 

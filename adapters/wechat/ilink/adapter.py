@@ -1,7 +1,8 @@
 """Personal WeChat through the official iLink bot API (the protocol of Tencent's openclaw-weixin).
 
-Receive: long poll `getupdates`; the opaque `get_updates_buf` cursor is saved after each batch
-has been handed to the gateway, so a restart neither repeats nor skips messages. Send:
+Receive: long poll `getupdates`; the opaque `get_updates_buf` cursor is saved only after every
+message of the batch is in the gateway's inbox, so a restart neither repeats nor skips messages;
+a batch the gateway could not record is fetched again with the old cursor. Send:
 `sendmessage` echoing the user's latest `context_token` (saved too: replies survive a restart).
 A -14 from getupdates means the login is gone: polling stops (no retry loop against a dead
 session), the owner is told, and polling resumes by itself once `memgate wechat login` has
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from collections import deque
@@ -40,7 +42,7 @@ from adapters.wechat.ilink.state import (
 from adapters.wechat.ilink.protocol import Credentials, TypingStatus, UpdatesBatch
 from adapters.plaintext import markdown_to_plain
 from adapters.split import split_message
-from bot.errors import ChannelError
+from bot.errors import ChannelError, StoreError
 from bot.message import Message, Reply
 
 log = logging.getLogger(__name__)
@@ -220,7 +222,14 @@ class WechatIlinkAdapter:
             # Shielded: cancelling the loop (stop_receiving) never leaves a batch half handed over
             # with its cursor unsaved, which would repeat its first messages after a restart.
             self._handing_over = asyncio.create_task(self._dispatch(batch), name=f"{self.name}-ilink-dispatch")
-            await asyncio.shield(self._handing_over)
+            try:
+                await asyncio.shield(self._handing_over)
+            except StoreError as exc:
+                self._handing_over = None
+                failures += 1
+                await self._back_off(failures, f"the gateway could not record a message ({exc})")
+                continue
+            # Left set when cancelled: stop_receiving then waits for the handover to finish.
             self._handing_over = None
 
     async def _get_updates(self) -> UpdatesBatch | None:
@@ -253,15 +262,24 @@ class WechatIlinkAdapter:
             if wire.context_token and self._context_tokens.get(wire.from_user_id) != wire.context_token:
                 self._context_tokens[wire.from_user_id] = wire.context_token
                 tokens_changed = True
-            if wire.message_id and not self._remember(wire.message_id):
+            if wire.message_id and wire.message_id in self._seen_set:
                 log.debug("wechat: message %s delivered twice; ignored", wire.message_id)
                 continue
             self.stats["received"] += 1
             message = proto.to_message(wire, self.name, self._now())
             try:
                 await self._inbound(message)
+            except StoreError:
+                # Not recorded: keep the cursor where it is, so the server hands the batch out
+                # again (what was recorded of it is recognised then and not answered twice).
+                self.stats["received"] -= 1
+                if tokens_changed:
+                    self._save_state_quietly(self._save_context_tokens)
+                raise
             except Exception:
                 log.exception("wechat: the inbound handler failed on message %s", wire.message_id)
+            if wire.message_id:
+                self._remember(wire.message_id)
         try:
             if tokens_changed:
                 self._save_context_tokens()
@@ -270,6 +288,12 @@ class WechatIlinkAdapter:
                 self._save_cursor()
         except OSError as exc:
             # Receiving goes on with the in-memory state; only a restart would repeat messages.
+            log.error("wechat: could not save the receive state in %s: %s", self.data_dir, exc)
+
+    def _save_state_quietly(self, save: Callable[[], None]) -> None:
+        try:
+            save()
+        except OSError as exc:
             log.error("wechat: could not save the receive state in %s: %s", self.data_dir, exc)
 
     def _remember(self, message_id: str) -> bool:
@@ -331,6 +355,12 @@ class WechatIlinkAdapter:
 
     # -- sending --------------------------------------------------------------------------------
 
+    def split(self, reply: Reply) -> list[Reply]:
+        """The reply as the messages `send` delivers one at a time (the outbox retries each alone)."""
+        if reply.document is not None or not reply.text.strip():
+            return [reply]
+        return [dataclasses.replace(reply, text=piece) for piece in split_message(reply.text, TEXT_LIMIT)] or [reply]
+
     async def send(self, reply: Reply) -> None:
         """Send a reply as plain text in parts of at most 4000 characters; ChannelError if not delivered."""
         user = reply.recipient_id or reply.chat_id
@@ -381,14 +411,14 @@ class WechatIlinkAdapter:
             await self._notices.report(self.on_trouble, "not_delivered", (
                 f"WeChat did not deliver a reply to {user} (ret -2): they have not written to the bot within "
                 "the 24-hour reply window, so WeChat refuses messages to them until they write again."))
-            raise ChannelError("WeChat did not deliver the message (ret -2: outside the reply window)")
+            raise ChannelError("WeChat did not deliver the message (ret -2: outside the reply window)", permanent=True)
         if status.session_expired:
             self._send_failed("message not delivered: the session expired (-14)")
             raise ChannelError(f"WeChat session expired; {LOGIN_HINT}")
         self._send_failed("sendmessage refused: ret=%s errcode=%s", status.ret, status.errcode)
         await self._notices.report(self.on_trouble, f"refused:{status.ret}:{status.errcode}", (
             f"WeChat refused a reply to {user} (ret={status.ret} errcode={status.errcode}); it was not delivered."))
-        raise ChannelError(f"WeChat refused the message (ret={status.ret} errcode={status.errcode})")
+        raise ChannelError(f"WeChat refused the message (ret={status.ret} errcode={status.errcode})", permanent=True)
 
     def _send_failed(self, fmt: str, *args: object) -> None:
         self.stats["send_failed"] += 1
