@@ -25,6 +25,7 @@ SCENARIO_MODULES = (
     "tests.reliability.test_telegram_crash",
     "tests.reliability.test_console_crash",
     "tests.reliability.test_ilink_crash",
+    "tests.reliability.test_wechat_mp_crash",
 )
 
 

@@ -14,6 +14,9 @@ from tests.reliability.harness import Counts, assert_safe, scenario
 from tests.reliability.procs import (HANG, is_reply_request, kill, memgate_env, settle, start, stored_user_texts,
                                      tally, terminate, until)
 
+# Real processes started twice each, on a machine that may be busy: far above pytest's default.
+pytestmark = pytest.mark.timeout(600)
+
 MESSAGES = ("My grandmother Rosalind lives in Porto.", "I am allergic to hazelnuts.",
             "My bike is a green Bianchi from 1988.")
 

@@ -14,6 +14,9 @@ from tests.reliability.harness import Counts, assert_safe, scenario
 from tests.reliability.procs import (is_reply_request, kill, memgate_env, responder, settle, start, stored_user_texts,
                                      tally, terminate, until)
 
+# Real processes started twice each, on a machine that may be busy: far above pytest's default.
+pytestmark = pytest.mark.timeout(600)
+
 MESSAGES = {"ana@im.wechat": "I moved to Chengdu for a job at a robotics lab.",
             "bo@im.wechat": "My daughter starts primary school in September.",
             "cy@im.wechat": "I only drink oolong tea, never coffee."}

@@ -13,6 +13,9 @@ from tests.fakes.telegram_api import FakeTelegram
 from tests.reliability.harness import Counts, assert_safe, scenario
 from tests.reliability.procs import kill, memgate_env, responder, settle, start, stored_user_texts, tally, terminate, until
 
+# Real processes started twice each, on a machine that may be busy: far above pytest's default.
+pytestmark = pytest.mark.timeout(600)
+
 MESSAGES = ("My sister Ingrid lives in Tromso.", "I started learning the cello in March.",
             "Our cat is called Pixel and hates the vacuum.")
 USERS = (101, 102, 103)

@@ -52,7 +52,7 @@ from adapters.wechat.mp.xml_codec import (
 )
 from adapters.wechat.mp.messages import TEXT_LIMIT_BYTES, dedup_key, message_from_push, split_for_wechat
 from adapters.wechat.mp.replay import ReplayGuard
-from bot.errors import ChannelError, ConfigError
+from bot.errors import ChannelError, ConfigError, StoreError
 from bot.message import Message, Reply
 
 __all__ = ["TEXT_LIMIT_BYTES", "WechatMpAdapter", "WechatMpStats", "message_from_push", "split_for_wechat"]
@@ -407,6 +407,15 @@ class WechatMpAdapter:
             callback.handing_over = True
             try:
                 await self._inbound(message)
+            except StoreError as exc:
+                # Not recorded: answer an error, not "success", so WeChat posts it again; the
+                # retry is a new push then, not a repeat of this one.
+                self.stats.inbound_errors += 1
+                logger.error("wechat_mp: push %s could not be recorded (%s); WeChat will retry", key, exc)
+                self._callbacks.pop(key, None)
+                self._close(callback)
+                callback.responders -= 1
+                return web.Response(status=503, text="retry later")
             except Exception:
                 self.stats.inbound_errors += 1
                 logger.exception("wechat_mp: the gateway failed on push %s", key)

@@ -59,7 +59,8 @@ class ApiRefused(ChannelError):
     def __init__(self, what: str, errcode: int) -> None:
         self.errcode = errcode
         self.explanation = explain_errcode(errcode)
-        super().__init__(f"wechat_mp: {what} refused ({self.explanation})")
+        # -1 is WeChat's "system busy" and 45009 its rate limit: those may pass later (the outbox retries).
+        super().__init__(f"wechat_mp: {what} refused ({self.explanation})", permanent=errcode not in (-1, 45009))
 
 
 class MonotonicClock(Protocol):
