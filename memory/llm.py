@@ -213,8 +213,12 @@ class LiteLLM:
                 if status in (400, 401, 403, 404):
                     break  # a bad request or key will not heal with a retry
                 if attempt < s.retries:
-                    delay = s.backoff * (2**attempt) * (0.5 + random.random())
-                    log.warning("LLM call failed (%s), retry %d in %.1fs", type(exc).__name__, attempt + 1, delay)
+                    # A server that says how long to wait (429/503 Retry-After) is believed, up to
+                    # one call's timeout; otherwise our jittered exponential backoff.
+                    asked = retry_after_seconds(exc)
+                    delay = min(asked, s.timeout) if asked is not None else s.backoff * (2**attempt) * (0.5 + random.random())
+                    log.warning("LLM call failed (%s), retry %d in %.1fs%s", type(exc).__name__, attempt + 1, delay,
+                                " (the server's Retry-After)" if asked is not None else "")
                     await asyncio.sleep(delay)
                 continue
             choice = resp.choices[0]
@@ -261,6 +265,39 @@ def _echo(answer: str) -> str:
     if len(answer) <= REPAIR_ECHO_CHARS:
         return answer
     return answer[:REPAIR_ECHO_CHARS] + f"\n[... {len(answer) - REPAIR_ECHO_CHARS} more characters cut]"
+
+
+def retry_after_seconds(exc: BaseException) -> float | None:
+    """The wait a failed call's response asked for (Retry-After / retry-after-ms), in seconds.
+
+    litellm keeps the provider's response headers on its exceptions; Retry-After is seconds or
+    an HTTP date. None when the server said nothing usable.
+    """
+    for headers in (getattr(exc, "litellm_response_headers", None), getattr(getattr(exc, "response", None), "headers", None),
+                    getattr(exc, "headers", None)):
+        if not headers:
+            continue
+        try:
+            ms = headers.get("retry-after-ms")
+            if ms is not None:
+                return max(0.0, float(ms) / 1000)
+            value = headers.get("retry-after")
+        except (AttributeError, TypeError, ValueError):
+            continue
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            pass
+        try:
+            from email.utils import parsedate_to_datetime
+            from datetime import UTC, datetime
+
+            return max(0.0, (parsedate_to_datetime(str(value)) - datetime.now(UTC)).total_seconds())
+        except (TypeError, ValueError):
+            continue
+    return None
 
 
 def _short(exc: object, limit: int = 300) -> str:

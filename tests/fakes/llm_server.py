@@ -39,6 +39,7 @@ class FakeError:
 
     status: int = 500
     message: str = "boom"
+    retry_after: float | None = None  # sent as the Retry-After header (seconds), as rate limiters do
 
 
 @dataclass
@@ -74,6 +75,7 @@ class FakeLLM:
 
     def __init__(self, responder: Callable[[dict], Script] | None = None, embed_dim: int = 384) -> None:
         self.requests: list[dict] = []
+        self.request_times: list[float] = []  # time.monotonic() of each chat request, in order
         self.embedding_requests: list[dict] = []
         self.responder = responder
         self.embed_dim = embed_dim
@@ -149,6 +151,7 @@ class FakeLLM:
     def reset(self) -> None:
         """Forget requests and the script; the responder and the port stay."""
         self.requests.clear()
+        self.request_times.clear()
         self.embedding_requests.clear()
         self._queue.clear()
         self._ids = itertools.count(1)
@@ -158,10 +161,14 @@ class FakeLLM:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
         self.requests.append(body)
+        self.request_times.append(time.monotonic())
         item = self._queue.popleft() if self._queue else self._fallback(body)
         outcome = await self._resolve(item, body)
         if isinstance(outcome, FakeError):
-            return _error_response(outcome.status, outcome.message)
+            response = _error_response(outcome.status, outcome.message)
+            if outcome.retry_after is not None:
+                response.headers["Retry-After"] = f"{outcome.retry_after:g}"
+            return response
         model = body.get("model") or MODEL_NAME
         usage = _usage(body.get("messages", []), outcome)
         if body.get("stream"):

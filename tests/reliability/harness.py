@@ -26,6 +26,7 @@ SCENARIO_MODULES = (
     "tests.reliability.test_console_crash",
     "tests.reliability.test_ilink_crash",
     "tests.reliability.test_wechat_mp_crash",
+    "tests.reliability.test_llm_faults",
 )
 
 
