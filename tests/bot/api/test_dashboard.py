@@ -140,7 +140,10 @@ async def test_dashboard_in_chromium(api, shots):
             # Search shows production recall scores.
             await p.page.get_by_label("Search", exact=True).fill("Lisbon")
             await p.page.click("#mem-go")
-            await p.page.locator("li.memory .score").first.wait_for()
+            await p.page.locator("#mem-results p.count").wait_for()
+            # Every hit the production recall returns carries its score (which hits is recall's business).
+            hits = await api.call("GET", "/api/v1/memories?q=Lisbon", key)
+            assert await p.page.locator("li.memory .score").count() == len(hits[1]["memories"])
             shown = await p.page.locator("#mem-results").inner_text()
             assert "null" not in shown and "undefined" not in shown, shown  # absent fields print nothing
             saved.append(await p.shot("memories"))
