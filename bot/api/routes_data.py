@@ -161,7 +161,8 @@ async def _run_import(app: web.Application, job_id: str, space: str, rows: list[
         await engine.store.awrite(lambda c: finish_job(c, job_id, "done", ids, None, clock()))
     except Exception as exc:
         log.exception("API import %s failed", job_id)
-        await engine.store.awrite(lambda c: finish_job(c, job_id, "failed", [], f"{type(exc).__name__}: {exc}", clock()))
+        error = f"{type(exc).__name__}: {exc}"
+        await engine.store.awrite(lambda c: finish_job(c, job_id, "failed", [], error, clock()))
 
 
 @routes.get("/api/v1/tasks")

@@ -17,7 +17,7 @@ from pathlib import Path
 SCENARIO_MODULES = (
     # one line per module that registers scenarios, e.g. "tests.reliability.test_inbox"
     "tests.reliability.test_api",
-    "tests.reliability.test_cli_gateway",
+    "tests.reliability.test_cli_through_gateway",
     "tests.reliability.test_prompt_secrets",
     "tests.reliability.test_robust",
     "tests.reliability.test_isolation",
