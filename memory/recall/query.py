@@ -50,10 +50,9 @@ def _week(d: datetime) -> datetime:
 
 
 def _month(d: datetime, back: int = 0) -> datetime:
-    y, m = d.year, d.month - back
-    while m < 1:
-        y, m = y - 1, m + 12
-    return datetime(y, m, 1)
+    # `back` may be negative (the month after, for "this month"'s end): December + 1 is next January.
+    y, m0 = divmod(d.year * 12 + d.month - 1 - back, 12)
+    return datetime(y, m0 + 1, 1)
 
 
 def time_span(query: str, now: datetime) -> TimeSpan | None:
