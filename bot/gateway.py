@@ -305,7 +305,13 @@ class Gateway:
 
     async def tell(self, channel: str, chat_id: str, recipient_id: str, text: str) -> None:
         """Send `text` to another chat than the one being answered (a person let in, a link to confirm)."""
-        await self._send_reply(channel, Reply(channel=channel, chat_id=chat_id, text=text, recipient_id=recipient_id))
+        # Through the outbox like every reply: durable, retried, in order with that chat's answers.
+        key = f"{channel}:{chat_id}"
+        await self.outbox.aput(key, Reply(channel=channel, chat_id=chat_id, text=text, recipient_id=recipient_id), None)
+        try:
+            await self.outbox.flush(key)
+        except StoreWriteError as exc:
+            log.warning("outbox: delivery in %s waits for the store: %s", key, exc)
 
     async def notify_owner(self, text: str) -> None:
         """Tell the owner something (e.g. WeChat needs a new login) on any channel that reaches them.
