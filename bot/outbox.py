@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from bot.channel import Channel
 from bot.errors import ChannelError, StoreWriteError
 from bot.inbox import Inbox, InboxStatus
-from bot.message import Document, Reply
+from bot.message import Document, Image, Reply
 from memory.store.connection import Conn, Migration, Store
 from memory.store.rows import utc_naive
 
@@ -98,17 +98,20 @@ def backoff(attempts: int, base: float, cap: float, retry_after: float | None = 
 
 def reply_to_json(reply: Reply) -> str:
     data = asdict(reply)
-    if reply.document is not None:
-        data["document"] = {"filename": reply.document.filename, "mime": reply.document.mime,
-                            "data": base64.b64encode(reply.document.data).decode("ascii")}
+    # Attachments carry bytes: stored as base64 so a queued picture or file survives a restart.
+    for name in ("document", "image"):
+        attached = getattr(reply, name)
+        if attached is not None:
+            data[name] = {**asdict(attached), "data": base64.b64encode(attached.data).decode("ascii")}
     return json.dumps(data, ensure_ascii=False)
 
 
 def reply_from_json(text: str) -> Reply:
     data = json.loads(text)
-    doc = data.get("document")
-    if doc is not None:
-        data["document"] = Document(filename=doc["filename"], data=base64.b64decode(doc["data"]), mime=doc["mime"])
+    for name, kind in (("document", Document), ("image", Image)):
+        attached = data.get(name)
+        if attached is not None:
+            data[name] = kind(**{**attached, "data": base64.b64decode(attached["data"])})
     return Reply(**data)
 
 
