@@ -144,10 +144,10 @@ class ApiConfig(_Section):
 
 
 class DeliveryConfig(_Section):
-    retry_base_seconds: float = Field(1.0, gt=0)      # first retry of a failed send; doubles each time
-    retry_cap_seconds: float = Field(300.0, gt=0)     # the longest wait between two attempts
-    give_up_hours: float = Field(24.0, gt=0)          # a reply still failing after this is closed
-    storage_retry_seconds: float = Field(5.0, gt=0)   # how often a turn held back by a full disk is retried
+    retry_base_seconds: float = Field(1.0, gt=0, le=60)  # first retry of a failed send; doubles each time
+    retry_cap_seconds: float = Field(300.0, gt=0, le=86400)  # the longest wait between two attempts
+    give_up_hours: float = Field(24.0, gt=0, le=720)  # a reply still failing after this is closed
+    storage_retry_seconds: float = Field(5.0, gt=0, le=3600)  # how often a turn held back by a full disk is retried
 
 
 class Settings(_Section):
