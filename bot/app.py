@@ -24,7 +24,7 @@ from bot.gateway import Gateway, GatewaySettings
 from bot.linking import LINKING_MIGRATIONS, Linking
 from bot.pairing import Pairing
 from bot.inbox import INBOX_MIGRATIONS
-from bot.outbox import OUTBOX_MIGRATIONS, OutboxSettings
+from bot.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
 from bot.sessions import SESSION_MIGRATIONS, Sessions
 from bot.task_wiring import TaskHost, wire_tasks
 from bot.tools import ToolBox
@@ -228,10 +228,13 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                       settings=GatewaySettings(queue_size=settings.agent.queue_size,
                                                history_tokens=settings.agent.history_tokens,
                                                public_space=access.PUBLIC_SPACE,
-                                               storage_retry=settings.delivery.storage_retry_seconds),
+                                               storage_retry=settings.delivery.storage_retry_seconds,
+                                               keep_receipts_days=settings.delivery.keep_receipts_days),
                       outbox_settings=OutboxSettings(retry_base=settings.delivery.retry_base_seconds,
                                                      retry_cap=settings.delivery.retry_cap_seconds,
                                                      give_up_hours=settings.delivery.give_up_hours))
+    # A forget reaches the replies still waiting in the outbox (memory/ does not know that table).
+    engine.add_forget_hook(Outbox.scrub_forgotten)
     for ch in channels:
         gateway.add_channel(ch)
         # A channel in trouble (a lost login, replies refused) tells the owner, on another channel if need be.

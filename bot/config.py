@@ -148,6 +148,7 @@ class DeliveryConfig(_Section):
     retry_cap_seconds: float = Field(300.0, gt=0, le=86400)  # the longest wait between two attempts
     give_up_hours: float = Field(24.0, gt=0, le=720)  # a reply still failing after this is closed
     storage_retry_seconds: float = Field(5.0, gt=0, le=3600)  # how often a turn held back by a full disk is retried
+    keep_receipts_days: float = Field(7.0, ge=1, le=365)  # finished inbox/outbox rows (no text) are pruned after this
 
 
 class Settings(_Section):

@@ -18,7 +18,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from bot.channel import Channel
 from bot.access import Access, Allowed, Refused
@@ -30,6 +30,7 @@ from bot.outbox import Outbox, OutboxSettings
 from bot.message import Kind, Message, Reply
 from bot.sessions import Sessions
 from bot.tools import ToolContext
+from memory.text import find_secrets
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ class GatewaySettings:
     history_tokens: int = 2000
     public_space: str = "public"
     storage_retry: float = 5.0  # seconds between attempts to process what a full disk held back
+    # Finished inbox/outbox receipts are kept this long (they recognise late redeliveries), then pruned.
+    keep_receipts_days: float = 7.0
+    prune_every: float = 3600.0
 
 
 @dataclass
@@ -85,6 +89,7 @@ class Gateway:
         self._parked: dict[str, deque[_Item]] = {}
         self._told_storage_down: set[str] = set()
         self._retry_task: asyncio.Task | None = None
+        self._prune_task: asyncio.Task | None = None
         self._running = False
         self._closing = False
         self.on_turn: Callable[[TurnResult], None] | None = None  # metrics hook (bench, /stats)
@@ -103,6 +108,7 @@ class Gateway:
         for key in list(self._queues):
             self._spawn(key)
         self._retry_task = asyncio.create_task(self._retry_parked(), name="gateway-storage-retry")
+        self._prune_task = asyncio.create_task(self._prune_receipts(), name="gateway-prune-receipts")
 
     async def stop(self, timeout: float = 60.0) -> None:
         """Stop receiving, answer what is already queued (bounded by `timeout`), stop channels."""
@@ -115,9 +121,10 @@ class Gateway:
                 except Exception:
                     log.exception("channel %s did not stop receiving cleanly", ch.name)
         self._closing = True
-        if self._retry_task is not None:
-            self._retry_task.cancel()
-            await asyncio.gather(self._retry_task, return_exceptions=True)
+        for task in (self._retry_task, self._prune_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._workers:
             done, pending = await asyncio.wait(list(self._workers.values()), timeout=timeout)
             for t in pending:
@@ -207,6 +214,18 @@ class Gateway:
                 queue.extendleft(reversed(items))
                 self._spawn(key)
 
+    async def _prune_receipts(self) -> None:
+        """Drop finished inbox/outbox receipts past their keep time (at start, then periodically)."""
+        while True:
+            cutoff = self.clock() - timedelta(days=self.settings.keep_receipts_days)
+            try:
+                dropped = await asyncio.to_thread(self.inbox.prune, cutoff) + await asyncio.to_thread(self.outbox.prune, cutoff)
+                if dropped:
+                    log.info("pruned %d delivery receipts older than %s days", dropped, self.settings.keep_receipts_days)
+            except StoreWriteError as exc:
+                log.warning("pruning delivery receipts failed (%s); next pass retries", exc)
+            await asyncio.sleep(self.settings.prune_every)
+
     async def _process(self, item: _Item) -> None:
         """One accepted message: access, then command or turn; its answer goes to the outbox."""
         entry = item.entry
@@ -277,7 +296,8 @@ class Gateway:
     async def _reply(self, entry: InboxEntry, out: str | Reply) -> None:
         """Write the answer to the outbox (the message becomes `replied`), then send what is due."""
         key = entry.message.conversation_key
-        await self.outbox.aput(key, self._reply_for(entry.message, out), entry.seq)
+        # The secrets of the message it answers are scrubbed from the reply's echo of them too.
+        await self.outbox.aput(key, self._reply_for(entry.message, out), entry.seq, find_secrets(entry.message.text))
         try:
             await self.outbox.flush(key)
         except StoreWriteError as exc:

@@ -10,6 +10,12 @@ after that. Its status then follows the turn:
     closed    nothing more will happen: refused without a reply, undeliverable, or failed
 
 Redeliveries are recognised by (channel, platform key), so each message is answered once.
+
+What a row keeps of the person's words: the text is redacted before it is written (a secret
+typed in a message is never at rest here; the turn in progress works on the message it was
+handed in memory, so its reply may still see what the person just wrote), and it is emptied
+once the message is replied to or closed: from then on the row is only a receipt (channel,
+platform key, status, times) that recognises redeliveries. Old receipts are pruned.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from enum import StrEnum
 from bot.message import Kind, Message
 from memory.store.connection import Conn, Migration, Store
 from memory.store.rows import utc_naive
+from memory.text import redact
 
 INBOX_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -45,6 +52,10 @@ INBOX_MIGRATIONS: tuple[Migration, ...] = (
         """,
     ),
 )
+
+
+# What a finished message keeps: its fields without the words, sender name or attachments.
+_RECEIPT = """json_merge_patch(message, '{"text": "", "sender_name": "", "media": []}')"""
 
 
 class InboxStatus(StrEnum):
@@ -78,7 +89,9 @@ def platform_key(msg: Message) -> str:
 
 
 def message_to_json(msg: Message) -> str:
+    """The message as the inbox stores it: its text redacted (see the module docstring)."""
     data = asdict(msg)
+    data["text"] = redact(msg.text)
     data["timestamp"] = msg.timestamp.isoformat()
     data["kind"] = msg.kind.value
     return json.dumps(data, ensure_ascii=False)
@@ -125,15 +138,26 @@ class Inbox:
         """Nothing more will be sent for this message (refused silently, failed, undeliverable)."""
         now = utc_naive(self.clock())
         self.store.write(lambda c: c.execute(
-            "UPDATE inbox SET status = 'closed', note = ?, done_at = ? WHERE seq = ? AND status IN ('pending', 'replied')",
+            f"UPDATE inbox SET status = 'closed', note = ?, done_at = ?, message = {_RECEIPT} "
+            "WHERE seq = ? AND status IN ('pending', 'replied')",
             [note, now, seq]))
 
     @staticmethod
     def mark(con: Conn, seq: int, status: InboxStatus, now: datetime, note: str | None = None) -> None:
-        """Move a message on inside another writer's transaction (the outbox's)."""
+        """Move a message on inside another writer's transaction (the outbox's).
+
+        Past `pending` the words are not needed any more (the reply is in the outbox, or nothing
+        will be sent), so the row keeps only its receipt.
+        """
         done = now if status in (InboxStatus.ANSWERED, InboxStatus.CLOSED) else None
-        con.execute("UPDATE inbox SET status = ?, note = coalesce(?, note), done_at = ? WHERE seq = ?",
+        con.execute(f"UPDATE inbox SET status = ?, note = coalesce(?, note), done_at = ?, message = {_RECEIPT} WHERE seq = ?",
                     [status.value, note, done, seq])
+
+    def prune(self, older_than: datetime) -> int:
+        """Drop receipts finished before `older_than` (no platform redelivers that late)."""
+        cutoff = utc_naive(older_than)
+        return len(self.store.write(lambda c: c.execute(
+            "DELETE FROM inbox WHERE status IN ('answered', 'closed') AND done_at < ? RETURNING seq", [cutoff]).fetchall()))
 
     def counts(self) -> dict[str, int]:
         """Messages per status (for /metrics and the reliability bench)."""

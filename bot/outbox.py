@@ -7,6 +7,11 @@ one before it, nor a reply an earlier reply. A send that fails for a transient r
 5xx, timeout, connection) is retried with backoff, no sooner than the platform's retry_after,
 across restarts; a permanent failure (blocked, chat gone) closes the reply and is counted.
 
+What a row keeps: the reply's text is redacted before it is written (an assistant that echoes
+a key or a password the person just typed does not put it at rest, nor send it back out), and a
+part that was sent or given up keeps only its receipt (no text, no attachment). A forget
+reaches the parts still waiting (`scrub_forgotten`). Old receipts are pruned.
+
 Backoff: delay(n) = min(cap, base * 2 ** (n - 1)) after the n-th failed attempt, raised to the
 platform's retry_after when it gave one.
 """
@@ -18,8 +23,8 @@ import base64
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 
 from bot.channel import Channel
@@ -28,6 +33,7 @@ from bot.inbox import Inbox, InboxStatus
 from bot.message import Document, Image, Reply
 from memory.store.connection import Conn, Migration, Store
 from memory.store.rows import utc_naive
+from memory.text import redact
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +102,18 @@ def backoff(attempts: int, base: float, cap: float, retry_after: float | None = 
     return max(delay, retry_after or 0.0)
 
 
+# What a finished part keeps: the addressing, without words or attachments.
+_RECEIPT = """json_merge_patch(reply, '{"text": "", "document": null, "image": null, "extra": {}}')"""
+
+
+def redact_reply(reply: Reply, known: Sequence[str] = ()) -> Reply:
+    """The reply with secrets replaced (the person's own, `known`, included) in text and caption."""
+    image = reply.image
+    if image is not None and image.caption:
+        image = replace(image, caption=redact(image.caption, known))
+    return replace(reply, text=redact(reply.text, known), image=image)
+
+
 def reply_to_json(reply: Reply) -> str:
     data = asdict(reply)
     # Attachments carry bytes: stored as base64 so a queued picture or file survives a restart.
@@ -113,6 +131,9 @@ def reply_from_json(text: str) -> Reply:
         if attached is not None:
             data[name] = kind(**{**attached, "data": base64.b64decode(attached["data"])})
     return Reply(**data)
+
+
+FORGOTTEN = "[forgotten]"
 
 
 class Outbox:
@@ -140,9 +161,13 @@ class Outbox:
         parts = list(split(reply)) if split is not None else [reply]
         return parts or [reply]
 
-    def put(self, conversation_key: str, reply: Reply, inbox_seq: int | None) -> None:
-        """Queue a reply (one transaction: its parts, and its message marked replied)."""
-        parts = self.split(reply)
+    def put(self, conversation_key: str, reply: Reply, inbox_seq: int | None, known_secrets: Sequence[str] = ()) -> None:
+        """Queue a reply (one transaction: its parts, and its message marked replied).
+
+        `known_secrets` are the secrets found in the message it answers: an echo of them is
+        redacted too, even where no pattern would recognise it.
+        """
+        parts = self.split(redact_reply(reply, known_secrets))
         now = utc_naive(self.clock())
         reply_id = uuid.uuid4().hex
 
@@ -158,8 +183,38 @@ class Outbox:
 
         self.store.write(write)
 
-    async def aput(self, conversation_key: str, reply: Reply, inbox_seq: int | None) -> None:
-        await asyncio.to_thread(self.put, conversation_key, reply, inbox_seq)
+    async def aput(self, conversation_key: str, reply: Reply, inbox_seq: int | None,
+                   known_secrets: Sequence[str] = ()) -> None:
+        await asyncio.to_thread(self.put, conversation_key, reply, inbox_seq, known_secrets)
+
+    @staticmethod
+    def scrub_forgotten(con: Conn, texts: Sequence[str], space_ids: Sequence[str]) -> None:
+        """A forget's hook: parts still waiting in the spaces' conversations lose the forgotten text.
+
+        Runs inside the forget's transaction. A reply written before the forget may quote what
+        is now forgotten (an echo); it must not go out after it.
+        """
+        texts = [t for t in texts if t.strip()]
+        if not texts:
+            return
+        rows = con.execute(
+            """SELECT o.seq, o.reply FROM outbox o
+               WHERE o.status = 'pending' AND o.conversation_key IN
+                     (SELECT conversation_key FROM sessions WHERE space_id IN (SELECT unnest(?)))""",
+            [list(space_ids)]).fetchall()
+        for seq, text in rows:
+            reply = reply_from_json(text)
+            scrubbed = reply.text
+            for t in sorted(texts, key=len, reverse=True):
+                scrubbed = scrubbed.replace(t, FORGOTTEN)
+            if scrubbed != reply.text:
+                con.execute("UPDATE outbox SET reply = ? WHERE seq = ?", [reply_to_json(replace(reply, text=scrubbed)), seq])
+
+    def prune(self, older_than: datetime) -> int:
+        """Drop receipts of parts finished before `older_than`."""
+        cutoff = utc_naive(older_than)
+        return len(self.store.write(lambda c: c.execute(
+            "DELETE FROM outbox WHERE status IN ('sent', 'failed') AND done_at < ? RETURNING seq", [cutoff]).fetchall()))
 
     # --- delivering --------------------------------------------------------------------------
     async def start(self) -> None:
@@ -251,7 +306,8 @@ class Outbox:
 
     def _sent(self, seq: int, now: datetime) -> None:
         def write(con: Conn) -> None:
-            con.execute("UPDATE outbox SET status = 'sent', attempts = attempts + 1, done_at = ? WHERE seq = ?", [now, seq])
+            con.execute(f"UPDATE outbox SET status = 'sent', attempts = attempts + 1, done_at = ?, reply = {_RECEIPT} "
+                        "WHERE seq = ?", [now, seq])
             # The message is answered once no part of any of its replies is still pending.
             row = con.execute("SELECT inbox_seq FROM outbox WHERE seq = ?", [seq]).fetchone()
             if row and row[0] is not None:
@@ -284,7 +340,8 @@ class Outbox:
             def close(con: Conn) -> None:
                 # The rest of this reply goes with it: later parts make no sense without this one.
                 con.execute("UPDATE outbox SET status = 'failed', attempts = attempts + (seq = ?)::INT, last_error = ?, "
-                            "done_at = ? WHERE reply_id = ? AND status = 'pending'", [part.seq, error, now, part.reply_id])
+                            f"done_at = ?, reply = {_RECEIPT} WHERE reply_id = ? AND status = 'pending'",
+                            [part.seq, error, now, part.reply_id])
                 if part.inbox_seq is not None:
                     Inbox.mark(con, part.inbox_seq, InboxStatus.CLOSED, now, note=f"undeliverable: {error}")
 

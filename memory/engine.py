@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memory.forget import ForgetResult
+from memory.forget import ForgetHook, ForgetResult
 from memory.forget import forget as forget_everywhere
 from memory.ingest.capture import CapturedTurn, capture
 from memory.embed import Embedder
@@ -46,6 +46,7 @@ class MemoryEngine:
             set_jieba_cache_dir(Path(data_dir) / "cache")
         self.recaller = Recaller(store, embedder, recall_settings, clock=self.clock)
         self.worker = IngestWorker(store, embedder, llm, clock=self.clock, settings=ingest_settings, on_ingested=on_ingested)
+        self.forget_hooks: list[ForgetHook] = []
 
     @property
     def recall_settings(self) -> RecallSettings:
@@ -143,7 +144,12 @@ class MemoryEngine:
 
         Pinned ones too: the person asked. The one path for /forget, the memory_forget tool and the CLI.
         """
-        return await self.store.awrite(lambda con: forget_everywhere(con, ids, space_ids, self.clock()))
+        hooks = tuple(self.forget_hooks)
+        return await self.store.awrite(lambda con: forget_everywhere(con, ids, space_ids, self.clock(), hooks))
+
+    def add_forget_hook(self, hook: ForgetHook) -> None:
+        """Let a layer above scrub its own tables of forgotten text (in the forget's transaction)."""
+        self.forget_hooks.append(hook)
 
     async def edit(self, memory_id: str, text: str, space_ids: Sequence[str]) -> MemoryRecord | None:
         """Replace an active fact's text: a new fact takes its place (same space, pin and category)

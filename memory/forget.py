@@ -8,13 +8,15 @@ What goes with a memory, so the text cannot come back through another door:
   superseded;
 - the turns' ingest queue payloads (which are also the session history), and any other payload
   message with the same text (an exact repeat that dedup folded into the forgotten chunk);
-- the keyword postings of every forgotten version, and a task's copy of its first message.
+- the keyword postings of every forgotten version, and a task's copy of its first message;
+- whatever the layers above keep (the bot's outbox): each registered `ForgetHook` is called
+  with the forgotten texts inside the same transaction. memory/ does not know those tables.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -22,6 +24,9 @@ from memory.store.connection import Conn
 from memory.store.keywords import drop_postings
 from memory.store.rows import bump_seq, utc_naive
 from memory.text import content_hash
+
+# (connection, forgotten texts, the spaces forgotten in): called inside the forget's transaction.
+ForgetHook = Callable[[Conn, Sequence[str], Sequence[str]], None]
 
 _MAX_ROUNDS = 8  # closure rounds: fact -> chunk -> turn -> fact ... converges in 2-3
 
@@ -79,7 +84,8 @@ def _scrub_payloads(con: Conn, space_ids: Sequence[str], turns: set[tuple[str, s
                     [json.dumps(data, ensure_ascii=False), done, qid])
 
 
-def forget(con: Conn, ids: Sequence[str], space_ids: Sequence[str], now: datetime) -> ForgetResult:
+def forget(con: Conn, ids: Sequence[str], space_ids: Sequence[str], now: datetime,
+           hooks: Sequence[ForgetHook] = ()) -> ForgetResult:
     """Forget memories of the given spaces everywhere, keeping tombstones (one transaction)."""
     found = [r[0] for r in con.execute(
         "SELECT id FROM memories WHERE id IN (SELECT unnest(?)) AND space_id IN (SELECT unnest(?)) AND status <> 'deleted'",
@@ -103,5 +109,7 @@ def forget(con: Conn, ids: Sequence[str], space_ids: Sequence[str], now: datetim
     _scrub_payloads(con, space_ids, turns, hashes)
     con.execute("UPDATE tasks SET first_user_text = NULL WHERE space_id IN (SELECT unnest(?)) AND first_user_text IN (SELECT unnest(?))",
                 [list(space_ids), texts])
+    for hook in hooks:
+        hook(con, texts, space_ids)
     also = tuple(i for i in every if i not in found)
     return ForgetResult(tuple(found), refused, also)

@@ -11,8 +11,6 @@ gateway, agent, litellm, ingest worker and DuckDB file, against the fake LLM ser
 
 from __future__ import annotations
 
-import pytest
-
 import asyncio
 import re
 import tempfile
@@ -284,16 +282,12 @@ async def test_a_lone_tag_keeps_the_words_after_it(tmp_path):
     assert_safe(await lone_tag_keeps_words(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason="known leak, issue 10 open: the durable inbox/outbox rows keep the "
-                   "raw message and reply text (secrets, forgotten text) after the turn; redact/clear them")
 async def test_secrets_are_never_stored_or_resent(tmp_path):
     counts = await secrets_never_stored_or_resent(tmp_path)
     assert_safe(counts)
     assert counts.stored > 0
 
 
-@pytest.mark.xfail(strict=True, reason="known leak, issue 10 open: the durable inbox/outbox rows keep the "
-                   "raw message and reply text (secrets, forgotten text) after the turn; redact/clear them")
 async def test_forget_removes_the_text_everywhere(tmp_path):
     assert_safe(await forget_removes_everywhere(tmp_path))
 

@@ -297,6 +297,27 @@ async def test_rate_limit_delays_but_loses_nothing(running):
         assert texts == ["You said: warm up", *answers]  # each once, in order
 
 
+async def test_a_multi_part_reply_survives_429s_past_the_clients_retries(running):
+    """Found: a reply meeting four 429s in a row was dropped ("still rate limited after
+    retries") and the remaining parts of a multi-part reply went with it. The client library
+    tries 4 times; the outbox keeps the part and retries no sooner than retry_after."""
+    paragraphs = [f"Paragraph {i}: " + "words " * 500 for i in range(3)]
+    async with running(MEMGATE_ACCESS_DM_POLICY="open", MEMGATE_DELIVERY_RETRY_BASE_SECONDS="0.2") as bot:
+        await bot.ask(34, "warm up")
+        bot.answers["the long story"] = "\n\n".join(paragraphs)
+        bot.tg.rate_limit_next(6, retry_after=1)  # 4 for the client's tries, 2 more for the outbox's retry
+        asked = bot.say(34, "tell me the long story")
+        after = bot.say(34, "and then?")           # queued behind it: must not overtake any part
+        await bot.answer(after, timeout=60)
+        sent = [s["visible_text"] for s in bot.tg.sent if s["chat_id"] == 34]
+        assert len(bot.tg.rejected) == 6
+        story = sent[1:-1]
+        assert [p.split(":")[0] for p in story] == ["Paragraph 0", "Paragraph 1", "Paragraph 2"]  # each once, in order
+        assert sent[0] == "You said: warm up" and sent[-1].endswith("You said: and then?")
+        assert bot.answers_to(asked)[0]["visible_text"] == story[0]
+        assert bot.app.gateway.outbox.stats.retried >= 1 and bot.app.gateway.outbox.stats.failed_permanent == 0
+
+
 # -- isolation and linking ------------------------------------------------------------------
 
 
