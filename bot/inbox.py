@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from bot.message import Kind, Message
+from bot.message import Kind, Media, Message
 from memory.store.connection import Conn, Migration, Store
 from memory.store.rows import utc_naive
 from memory.text import redact
@@ -101,6 +101,7 @@ def message_from_json(text: str) -> Message:
     data = json.loads(text)
     data["timestamp"] = datetime.fromisoformat(data["timestamp"])
     data["kind"] = Kind(data["kind"])
+    data["media"] = tuple(Media(kind=Kind(m["kind"]), ref=m["ref"]) for m in data.get("media", ()))
     return Message(**data)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import secrets
 import time
@@ -50,7 +51,7 @@ from adapters.wechat.mp.xml_codec import (
     parse_envelope,
     parse_inbound,
 )
-from adapters.wechat.mp.messages import TEXT_LIMIT_BYTES, dedup_key, message_from_push, split_for_wechat
+from adapters.wechat.mp.messages import TEXT_LIMIT_BYTES, dedup_key, markdown_parts, message_from_push, split_for_wechat
 from adapters.wechat.mp.replay import ReplayGuard
 from bot.errors import ChannelError, ConfigError, StoreError
 from bot.message import Message, Reply
@@ -251,6 +252,21 @@ class WechatMpAdapter:
 
     # -- outbound ----------------------------------------------------------------------------------
 
+    def split(self, reply: Reply) -> list[Reply]:
+        """The reply as the messages `send` delivers one at a time, so the outbox retries a part
+        that failed alone and never resends one that went out (the first may go passively).
+
+        Cut on the markdown at the byte limit; `send` flattens each part (which can, rarely,
+        lengthen one past the limit: it then goes as two messages). A file note rides on the last.
+        """
+        pieces = markdown_parts(reply.text)
+        if len(pieces) <= 1:
+            return [reply]
+        last = len(pieces) - 1
+        return [dataclasses.replace(reply, text=piece, reply_to=reply.reply_to if i == 0 else None,
+                                    document=reply.document if i == last else None)
+                for i, piece in enumerate(pieces)]
+
     async def send(self, reply: Reply) -> None:
         """Answer passively if a callback for this user still waits, the rest via the customer-service API."""
         api = self._api
@@ -273,9 +289,10 @@ class WechatMpAdapter:
                 callback.first_part.set_result(parts[0])
                 self.stats.passive_replies += 1
                 parts = parts[1:]
-                # The rest must not overtake the passive part: wait until it is written. Not when
+                # What follows (the rest of this reply, or the outbox's next part, sent when this
+                # returns) must not overtake the passive part: wait until it is written. Not when
                 # called from inside inbound(): the response waits for inbound() to return.
-                if parts and not callback.handing_over:
+                if not callback.handing_over:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(callback.responded.wait(), WECHAT_WAIT_S)
             for index, part in enumerate(parts):

@@ -60,6 +60,11 @@ def _utf8_len(text: str) -> int:
     return len(text.encode("utf-8"))
 
 
+def markdown_parts(text: str, limit: int = TEXT_LIMIT_BYTES) -> list[str]:
+    """Markdown cut into pieces of at most `limit` UTF-8 bytes (code blocks kept whole where they fit)."""
+    return split_message(text, limit, measure=_utf8_len) if text.strip() else []
+
+
 def split_for_wechat(text: str, limit: int = TEXT_LIMIT_BYTES) -> list[str]:
     """Markdown -> plain text parts of at most `limit` UTF-8 bytes, in order, none blank.
 
@@ -67,7 +72,7 @@ def split_for_wechat(text: str, limit: int = TEXT_LIMIT_BYTES) -> list[str]:
     part; flattening may lengthen a part (link targets), so an oversized result is split again.
     """
     parts: list[str] = []
-    for chunk in split_message(text, limit, measure=_utf8_len):
+    for chunk in markdown_parts(text, limit):
         plain = markdown_to_plain(chunk).strip()
         if _utf8_len(plain) > limit:
             parts.extend(split_message(plain, limit, measure=_utf8_len))

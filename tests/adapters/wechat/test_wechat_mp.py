@@ -695,3 +695,44 @@ def test_replay_window_is_range_checked_in_the_config(tmp_path):
         load_settings(path, env={})
     path.write_text("[channels.wechat_mp]\nreplay_window = 30\n")
     assert load_settings(path, env={}).channels.wechat_mp.replay_window == 30
+
+
+async def test_a_retried_part_of_a_long_reply_is_the_only_one_sent_again(api, tmp_path):
+    """Found: an Official Account reply was one outbox unit, so when its third message met a
+    transient refusal the outbox retried the whole reply and the person got the first parts
+    twice. `split` makes each message its own unit: only the failed one is sent again."""
+    from bot.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
+    from memory.store.connection import Store
+
+    paragraphs = [f"第{i}段：" + "这是一段很长的中文回答内容" * 30 for i in range(6)]
+    text = "\n\n".join(paragraphs)
+    store = Store(tmp_path / "m.duckdb", 384, extra_migrations=OUTBOX_MIGRATIONS)
+    try:
+        async with running(api) as (adapter, gateway, client):
+            outbox = Outbox(store, {"wechat_mp": adapter}, clock=lambda: datetime.now(UTC),
+                            settings=OutboxSettings(retry_base=0.05, poll=0.05))
+            pieces = adapter.split(reply(text))
+            assert len(pieces) >= 4 and all(len(p.text.encode()) <= TEXT_LIMIT_BYTES for p in pieces)
+
+            async def on_message(message: Message) -> None:
+                whole = reply(text, chat_id=message.chat_id, reply_to=message.message_id)
+                outbox.put(f"wechat_mp:{message.chat_id}", whole, None)
+                gateway.tasks.append(asyncio.create_task(outbox.flush(f"wechat_mp:{message.chat_id}")))
+
+            gateway.on_message = on_message
+            api.fail_next(-1)  # the first API message (the reply's second part): "system busy"
+            result = await client.push(client.text_xml(OPENID, "tell me everything"))
+            await asyncio.gather(*gateway.tasks)
+            await outbox.start()
+            for _ in range(200):
+                if outbox.counts() == {"sent": len(pieces)}:
+                    break
+                await asyncio.sleep(0.05)
+            await outbox.stop()
+            assert result.reply is not None
+            parts = [result.reply.content] + [m.content for m in api.sent]
+            assert len(parts) == len(pieces)  # nothing twice
+            assert no_space("".join(parts)) == no_space(text)  # nothing lost, in order
+            assert outbox.stats.retried == 1 and outbox.counts() == {"sent": len(pieces)}
+    finally:
+        store.close()
