@@ -150,6 +150,7 @@ class FakeTelegram:
         self._rate_limited: list[int] = []
         self._parse_failures = 0
         self._network_failures = 0
+        self._blocked: set[int] = set()
         self.sent: list[dict[str, Any]] = []
         self.actions: list[dict[str, Any]] = []
         self.edits: list[dict[str, Any]] = []
@@ -362,6 +363,10 @@ class FakeTelegram:
         """The next n sendMessage calls that carry a parse_mode answer 400 can't parse entities."""
         self._parse_failures += n
 
+    def block(self, chat_id: int) -> None:
+        """The user of this private chat blocked the bot: every send there answers 403 Forbidden."""
+        self._blocked.add(chat_id)
+
     def fail_network_next(self, n: int) -> None:
         """The next n send calls answer 502 Bad Gateway (a network error to the client)."""
         self._network_failures += n
@@ -500,7 +505,9 @@ class FakeTelegram:
             return True
         return any(key in update for key in self._allowed_updates)
 
-    def _take_scripted_failure(self) -> web.Response | None:
+    def _take_scripted_failure(self, params: dict[str, Any] | None = None) -> web.Response | None:
+        if params is not None and _as_int(params.get("chat_id")) in self._blocked:
+            return _error(403, "Forbidden: bot was blocked by the user")
         if self._network_failures:
             self._network_failures -= 1
             return _error(502, "Bad Gateway")
@@ -510,7 +517,7 @@ class FakeTelegram:
         return None
 
     async def _send_message(self, params: dict[str, Any]) -> web.Response:
-        failure = self._take_scripted_failure()
+        failure = self._take_scripted_failure(params)
         if failure is not None:
             self.rejected.append({"method": "sendMessage", **params})
             return failure
@@ -568,7 +575,7 @@ class FakeTelegram:
         return _ok(stored)
 
     async def _send_document(self, params: dict[str, Any]) -> web.Response:
-        failure = self._take_scripted_failure()
+        failure = self._take_scripted_failure(params)
         if failure is not None:
             self.rejected.append({"method": "sendDocument", **{k: v for k, v in params.items() if k != "document"}})
             return failure
@@ -599,7 +606,7 @@ class FakeTelegram:
         return _ok(message)
 
     async def _send_photo(self, params: dict[str, Any]) -> web.Response:
-        failure = self._take_scripted_failure()
+        failure = self._take_scripted_failure(params)
         if failure is not None:
             self.rejected.append({"method": "sendPhoto", **{k: v for k, v in params.items() if k != "photo"}})
             return failure

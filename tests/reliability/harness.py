@@ -28,6 +28,7 @@ SCENARIO_MODULES = (
     "tests.reliability.test_wechat_mp_crash",
     "tests.reliability.test_llm_faults",
     "tests.reliability.test_full_disk",
+    "tests.reliability.test_delivery",
 )
 
 
