@@ -4,10 +4,12 @@ was printed); every line it had read must be answered once and stored after the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from memory.store.connection import Store
 from tests.fakes import brain
 from tests.fakes.llm_server import Delay, FakeLLM
 from tests.reliability.harness import Counts, assert_safe, scenario
@@ -91,6 +93,76 @@ async def console_kill_during(tmp: Path) -> Counts:
 @scenario("console: SIGKILL after a reply")
 async def console_kill_after(tmp: Path) -> Counts:
     return await console_kill(tmp, "after")
+
+
+def memory_rows(data_dir: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """(chunks per user message text, ingest queue rows per status) of a stopped bot's database."""
+    store = Store(data_dir / "memgate.duckdb", 384)
+    try:
+        chunks = dict(store.read(lambda c: c.execute(
+            "SELECT text, count(*) FROM memories WHERE kind = 'chunk' AND status = 'active' GROUP BY text").fetchall()))
+        queue = dict(store.read(lambda c: c.execute("SELECT status, count(*) FROM ingest_queue GROUP BY status").fetchall()))
+    finally:
+        store.close()
+    return chunks, queue
+
+
+async def quiet(llm: FakeLLM, since: int, seconds: float = 3.0, timeout: float = 180.0) -> None:
+    """Wait until the LLM has had requests since `since` and none for `seconds` (ingest is done)."""
+    loop = asyncio.get_running_loop()
+    deadline, last, stamp = loop.time() + timeout, -1, loop.time()
+    while loop.time() < deadline:
+        n = len(llm.requests)
+        if n != last:
+            last, stamp = n, loop.time()
+        elif n > since and loop.time() - stamp >= seconds:
+            return
+        await asyncio.sleep(0.1)
+
+
+@scenario("console: SIGKILL during ingest")
+async def console_kill_during_ingest(tmp: Path) -> Counts:
+    """Every reply went out; the memory model's calls hang when the process dies. After the
+    restart each turn is ingested once: no turn lost, none stored twice, none answered again."""
+    name = "console: SIGKILL during ingest"
+    async with FakeLLM() as llm:
+        llm.responder = lambda req: brain.respond(req) if is_reply_request(req) else Delay(HANG, brain.respond(req))
+        env = memgate_env(tmp, llm.base_url)
+        proc = await start(env, "chat", "--user", "alice")
+        out = Transcript(proc)
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write("".join(m + "\n" for m in MESSAGES).encode())
+            await proc.stdin.drain()
+            await until(lambda: all(n == 1 for n in out.answers().values())
+                        and any(not is_reply_request(r) for r in llm.requests), "every reply out, ingest in flight", proc=proc)
+        finally:
+            await kill(proc)
+            await out.close()
+        first = out.answers()
+        seen = len(llm.requests)
+        llm.responder = brain.respond
+        proc = await start(env, "chat", "--user", "alice")
+        out = Transcript(proc)
+        try:
+            await quiet(llm, seen)
+        finally:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            await terminate(proc)
+            await out.close()
+    answers = {m: first[m] + n for m, n in out.answers().items()}
+    chunks, queue = memory_rows(tmp / "data")
+    counts = tally(name, list(MESSAGES), answers, [m for m in MESSAGES if chunks.get(m, 0) >= 1],
+                   note=f"chunks per message {[chunks.get(m, 0) for m in MESSAGES]}; queue {queue}")
+    # A turn ingested twice would store its chunk twice: counted as answered twice (the turn repeated).
+    return dataclasses.replace(counts, answered_twice=counts.answered_twice + sum(1 for m in MESSAGES if chunks.get(m, 0) > 1))
+
+
+async def test_console_sigkill_during_ingest_ingests_each_turn_once(tmp_path: Path) -> None:
+    counts = await console_kill_during_ingest(tmp_path)
+    assert_safe(counts)
+    assert counts.stored == 3 and "'pending'" not in counts.note and "'running'" not in counts.note, counts
 
 
 @pytest.mark.parametrize("run", [console_kill_during, console_kill_after])
