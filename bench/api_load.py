@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     embedder = LocalE5Embedder()
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(data_dir=tmp, api=ApiConfig(port=0, rate_limit_per_minute=1e9, rate_limit_burst=10**6))
+        settings = Settings(data_dir=tmp, api=ApiConfig(port=0, rate_limit_per_minute=1e6, rate_limit_burst=100_000))
         built = build(settings, embedder, args.memories, args.seed)
         print(f"built {args.memories} memories in {SPACE} (+20k in other spaces) in {built:.0f} s")
         r = asyncio.run(measure(settings, embedder, args.requests, args.turns, args.seed))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from bot.limits import RECALL_QUERY_CHARS, cap_message, cap_reply
+from bot.observe import NoObserver, TurnObserver
 from bot.tools import ToolBox, ToolContext
 from memory import prompts
 from memory.ingest.capture import CapturedTurn, TurnMessage
@@ -22,7 +23,7 @@ from memory.engine import MemoryEngine
 from memory.errors import LLMError
 from memory.llm import LLM, charged_to
 from memory.recall.block import extend_block
-from memory.text import neutralize
+from memory.text import estimate_tokens, neutralize
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,9 @@ class Agent:
     """Runs turns. Holds no per-conversation state: the gateway serialises each conversation."""
 
     def __init__(self, engine: MemoryEngine, llm: LLM, tools: ToolBox, settings: AgentSettings | None = None,
-                 *, clock: Callable[[], datetime], skills=None) -> None:
+                 *, clock: Callable[[], datetime], skills=None, observer: TurnObserver | None = None) -> None:
         self.skills = skills  # a SkillEvolver, when tasks and skills are on
+        self.observer = observer or NoObserver()
         self.engine = engine
         self.llm = llm
         self.tools = tools
@@ -89,6 +91,8 @@ class Agent:
         block, hits = await self.engine.recall_block(query, req.ctx.space_ids, shared_spaces=(req.ctx.public_space,))
         block = await self._with_skills(block, query, req.ctx.space_ids)
         t_recall = time.perf_counter()
+        # Inside charged_to: a listener that records per space knows whose turn this was.
+        self.observer.on_recall(t_recall - t0, estimate_tokens(block) if block else 0)
         now = self.clock()
         system = prompts.AGENT_SYSTEM.format(name=self.settings.name, channel=req.channel,
                                              now=f"{now:%Y-%m-%d %H:%M %Z}".strip())

@@ -28,14 +28,14 @@ from bot.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
 from bot.sessions import SESSION_MIGRATIONS, Sessions
 from bot.task_wiring import TaskHost, wire_tasks
 from bot.tools import ToolBox
+from bot.usage import USAGE_MIGRATIONS, UsageRecorder
+from bot.observe import Observers
 from memory.embed import Embedder, LiteLLMEmbedder, LocalE5Embedder
 from memory.engine import MemoryEngine
 from memory.ingest.worker import IngestSettings
-from memory.llm import USAGE_SPACE, LiteLLM, LLMSettings, set_offline_env
-from memory.store.rows import utc_naive
+from memory.llm import LiteLLM, LLMSettings, set_offline_env
 from memory.recall.search import RecallSettings
 from memory.store.connection import Store
-from memory.store.schema import Migration
 
 log = logging.getLogger(__name__)
 
@@ -47,61 +47,6 @@ def make_embedder(settings: Settings) -> Embedder:
         return LiteLLMEmbedder(e.model, e.dim, api_base=e.api_base or None, api_key=settings.secret("embedding_api_key"),
                                **bounds)
     return LocalE5Embedder(**bounds)
-
-
-# Per-space usage in a side table, not a column on llm_usage: DuckDB 1.5.5 cannot replay an
-# uncheckpointed ALTER TABLE, and a new table needs none.
-USAGE_MIGRATIONS = (Migration(520, "llm usage per space", """
-    CREATE TABLE llm_usage_space (
-        called_at TIMESTAMP NOT NULL,
-        space_id VARCHAR NOT NULL,
-        purpose VARCHAR NOT NULL,
-        model VARCHAR,
-        ok BOOLEAN NOT NULL,
-        prompt_tokens INTEGER NOT NULL,
-        completion_tokens INTEGER NOT NULL
-    );
-"""),)
-
-
-class UsageRecorder:
-    """Buffers per-call LLM usage and writes it in batches, off the event loop (for /stats, and
-    per space for the API's /usage: the space is the one the call was charged to, memory.llm.USAGE_SPACE)."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._rows: list[list] = []
-        self._space_rows: list[list] = []
-
-    listener: Callable[[str, str, bool, int, int], None] | None = None  # the API's metrics, when served
-
-    def add(self, purpose: str, model_name: str, ok: bool, prompt: int, completion: int) -> None:
-        now = utc_naive(datetime.now(UTC))
-        self._rows.append([now, purpose, model_name, ok, prompt, completion])
-        space = USAGE_SPACE.get()
-        if space is not None:
-            self._space_rows.append([now, space, purpose, model_name, ok, prompt, completion])
-        if self.listener is not None:
-            self.listener(purpose, model_name, ok, prompt, completion)
-
-    def flush(self) -> int:
-        rows, self._rows = self._rows, []
-        space_rows, self._space_rows = self._space_rows, []
-
-        def write(con) -> None:
-            if rows:
-                con.executemany("INSERT INTO llm_usage VALUES (?, ?, ?, ?, ?, ?)", rows)
-            if space_rows:
-                con.executemany("INSERT INTO llm_usage_space VALUES (?, ?, ?, ?, ?, ?, ?)", space_rows)
-
-        if rows or space_rows:
-            self.store.write(write)
-        return len(rows)
-
-    async def aflush(self) -> int:
-        import asyncio
-
-        return await asyncio.to_thread(self.flush)
 
 
 def make_llm(settings: Settings, recorder: UsageRecorder | None, *, memory: bool = False) -> LiteLLM | None:
@@ -199,6 +144,8 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
     store = store or open_store(settings)
     embedder = embedder or make_embedder(settings)
     recorder = UsageRecorder(store)
+    # Turns, sends and recalls are reported here; the API's metrics join when it is served.
+    observers = Observers(recorder)
     llm = make_llm(settings, recorder)
     memory_llm = make_llm(settings, recorder, memory=True)
     m = settings.memory
@@ -223,7 +170,7 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                                                         turn_timeout=a.turn_timeout, extra_system=a.system_prompt,
                                                         max_message_chars=a.max_message_chars,
                                                         max_reply_chars=a.max_reply_chars),
-                      clock=clock)
+                      clock=clock, observer=observers)
     gateway = Gateway(access=access, sessions=sessions, agent=agent, commands=commands, clock=clock,
                       settings=GatewaySettings(queue_size=settings.agent.queue_size,
                                                history_tokens=settings.agent.history_tokens,
@@ -232,7 +179,8 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                                                keep_receipts_days=settings.delivery.keep_receipts_days),
                       outbox_settings=OutboxSettings(retry_base=settings.delivery.retry_base_seconds,
                                                      retry_cap=settings.delivery.retry_cap_seconds,
-                                                     give_up_hours=settings.delivery.give_up_hours))
+                                                     give_up_hours=settings.delivery.give_up_hours),
+                      observer=observers)
     # A forget reaches the replies still waiting in the outbox (memory/ does not know that table).
     engine.add_forget_hook(Outbox.scrub_forgotten)
     for ch in channels:
@@ -246,6 +194,7 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
               sessions=sessions, gateway=gateway,
               commands=commands, llm=llm, memory_llm=memory_llm, clock=clock, extras=extras)
     extras["usage"] = recorder
+    extras["observers"] = observers
     _wire_tasks_and_jobs(app, tools, embedder)
     if serve_api:
         _wire_api(app, embedder)
@@ -268,6 +217,7 @@ def _wire_api(app: App, embedder: Embedder) -> None:
     keys = Keys(app.store, clock=app.clock)
     metrics = Metrics(queue=lambda: app.store.read(lambda c: queue_depth_and_age(c, app.clock())))
     app.extras["usage"].listener = metrics.llm_call
+    app.extras["observers"].add(metrics)
     scheduler = app.extras.get("scheduler")
     host = ApiHost(access=app.access, pairing=app.pairing, tell=app.gateway.tell, skills=SkillLibrary(app.store, embedder, app.settings.data_path, clock=app.clock),
                    public_space=app.access.PUBLIC_SPACE,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from bot.errors import ChannelError, StoreWriteError
 from bot.inbox import Inbox, InboxEntry, platform_key
 from bot.outbox import Outbox, OutboxSettings
 from bot.message import Kind, Message, Reply
+from bot.observe import NoObserver, TurnObserver, TurnOutcome
 from bot.sessions import Sessions
 from bot.tools import ToolContext
 from memory.text import find_secrets
@@ -71,8 +73,10 @@ class Gateway:
     def __init__(self, *, access: Access, sessions: Sessions, agent: Agent | None, commands: Commands,
                  clock: Callable[[], datetime], settings: GatewaySettings | None = None,
                  inbox: Inbox | None = None, outbox_settings: OutboxSettings | None = None,
-                 wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 observer: TurnObserver | None = None) -> None:
         self.access = access
+        self.observer = observer or NoObserver()
         self.sessions = sessions
         self.agent = agent
         self.commands = commands
@@ -82,7 +86,7 @@ class Gateway:
         store = sessions.store
         self.inbox = inbox or Inbox(store, clock=clock)
         # Retries are due in real time, whatever clock the tests move.
-        self.outbox = Outbox(store, self.channels, clock=wall_clock, settings=outbox_settings)
+        self.outbox = Outbox(store, self.channels, clock=wall_clock, settings=outbox_settings, observer=self.observer)
         self._queues: dict[str, deque[_Item]] = {}
         self._workers: dict[str, asyncio.Task] = {}
         # Conversations whose messages wait for the store to be writable again, in order.
@@ -230,28 +234,33 @@ class Gateway:
         """One accepted message: access, then command or turn; its answer goes to the outbox."""
         entry = item.entry
         msg = entry.message
+        started = time.perf_counter()  # turn latency is real time, whatever clock the tests move
         decision = await self.access.check(msg)
         if isinstance(decision, Refused):
             if decision.reply:
                 await self._reply(entry, decision.reply)
             else:
                 await asyncio.to_thread(self.inbox.close, entry.seq, "refused")
+            self.observer.on_turn(msg.channel, "refused", time.perf_counter() - started)
             return
+        outcome: list[TurnOutcome] = ["command"]  # _handle says "answered" or "failed" when the agent ran
         try:
-            out = await self._handle(msg, decision)
+            out = await self._handle(msg, decision, outcome)
         except StoreWriteError:
             raise
         except Exception:
             log.exception("turn failed in %s", msg.conversation_key)
             out = "Sorry, something went wrong on my side. Please try again."
+            outcome[0] = "error"
         if out is None:
             await asyncio.to_thread(self.inbox.close, entry.seq, "nothing to answer")
-            return
-        await self._reply(entry, out)
+        else:
+            await self._reply(entry, out)
+        self.observer.on_turn(msg.channel, outcome[0], time.perf_counter() - started)
 
     # --- one message -----------------------------------------------------------------------
-    async def _handle(self, msg: Message, allowed: Allowed) -> str | Reply | None:
-        """The answer to one message (None: nothing to say)."""
+    async def _handle(self, msg: Message, allowed: Allowed, outcome: list[TurnOutcome]) -> str | Reply | None:
+        """The answer to one message (None: nothing to say); an agent turn sets outcome[0]."""
         if msg.kind is not Kind.TEXT and not msg.text.strip():
             return UNSUPPORTED_TEXT.get(msg.kind, UNSUPPORTED_TEXT[Kind.OTHER])
         if msg.kind is Kind.EDITED:
@@ -279,6 +288,7 @@ class Gateway:
                 result = await self.agent.run(req)
         else:
             result = await self.agent.run(req)
+        outcome[0] = "failed" if result.failed else "answered"
         if self.on_turn is not None:
             self.on_turn(result)
         return result.reply

@@ -31,6 +31,7 @@ from bot.channel import Channel
 from bot.errors import ChannelError, StoreWriteError
 from bot.inbox import Inbox, InboxStatus
 from bot.message import Document, Image, Reply
+from bot.observe import NoObserver, TurnObserver
 from memory.store.connection import Conn, Migration, Store
 from memory.store.rows import utc_naive
 from memory.text import redact
@@ -140,8 +141,9 @@ class Outbox:
     """Writes replies durably and delivers them, in order, with retries."""
 
     def __init__(self, store: Store, channels: Mapping[str, Channel], *, clock: Callable[[], datetime],
-                 settings: OutboxSettings | None = None) -> None:
+                 settings: OutboxSettings | None = None, observer: TurnObserver | None = None) -> None:
         self.store = store
+        self.observer = observer or NoObserver()
         self.channels = channels
         self.clock = clock
         self.settings = settings or OutboxSettings()
@@ -328,6 +330,7 @@ class Outbox:
         attempts = part.attempts + 1
         error = str(exc)[:500]
         too_old = now - part.created_at > timedelta(hours=self.settings.give_up_hours)
+        self.observer.on_send_failure(part.channel, "permanent" if exc.permanent else "transient")
         if exc.permanent or too_old:
             if exc.permanent:
                 self.stats.failed_permanent += 1

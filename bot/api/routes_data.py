@@ -204,7 +204,8 @@ async def skill(request: web.Request) -> web.Response:
 @routes.get("/api/v1/usage")
 async def usage(request: web.Request) -> web.Response:
     """LLM calls and tokens by day and purpose charged to the key's space (its turns and their
-    ingestion; counts only, never text), with the cost where litellm knows the model's price."""
+    ingestion; counts only, never text), with the cost where litellm knows the model's price; and
+    per day the turns and the memory tokens their auto-recall injected."""
     space = space_of(request)
     since, until = _window(request, 30)
     host, engine = request.app[HOST], request.app[ENGINE]
@@ -214,10 +215,20 @@ async def usage(request: web.Request) -> web.Response:
         """SELECT date_trunc('day', called_at), purpose, model, count(*), sum(prompt_tokens), sum(completion_tokens)
            FROM llm_usage_space WHERE space_id = ? AND called_at >= ? AND called_at < ? GROUP BY ALL ORDER BY 1, 2""",
         [space, utc_naive(since), utc_naive(until)]).fetchall())
+    # Per turn, the memory block the auto-recall injected (its tokens count against every reply).
+    turns = await engine.store.aread(lambda c: c.execute(
+        """SELECT date_trunc('day', called_at), count(*), sum(injected_tokens), avg(injected_tokens),
+                  max(injected_tokens), quantile_cont(injected_tokens, 0.95)
+           FROM turn_usage WHERE space_id = ? AND called_at >= ? AND called_at < ? GROUP BY 1 ORDER BY 1""",
+        [space, utc_naive(since), utc_naive(until)]).fetchall())
     return web.json_response({"scope": "space", "usage": [
         {"day": d.date().isoformat(), "purpose": p, "model": m, "calls": n, "prompt_tokens": int(pt or 0),
          "completion_tokens": int(ct or 0), "cost": _cost(m, int(pt or 0), int(ct or 0))}
-        for d, p, m, n, pt, ct in rows]})
+        for d, p, m, n, pt, ct in rows],
+        "turns": [{"day": d.date().isoformat(), "turns": n, "injected_tokens": int(total or 0),
+                   "injected_per_turn": round(float(mean or 0), 1), "injected_max": int(top or 0),
+                   "injected_p95": round(float(p95 or 0), 1)}
+                  for d, n, total, mean, top, p95 in turns]})
 
 
 def _cost(model: str | None, prompt: int, completion: int) -> float | None:

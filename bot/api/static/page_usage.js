@@ -1,4 +1,5 @@
-// Usage: LLM calls and tokens per day, stacked by purpose, for the key's space.
+// Usage: LLM calls and tokens per day, stacked by purpose, and the memory tokens injected per
+// turn, for the key's space.
 import {get} from './api.js';
 import {legend, stackedBars} from './charts.js';
 import {clear, field, h} from './dom.js';
@@ -29,6 +30,10 @@ export async function usagePage(root) {
     const calls = stackedBars(mk('calls'), {title: t('usage.calls_chart'), describe: (it, tot) => `${it.label}: ${tot} ${t('usage.calls')}`});
     const tokens = stackedBars(mk('tokens'), {title: t('usage.tokens_chart'), describe: (it, tot) => `${it.label}: ${tot} ${t('usage.tokens')}`});
     const cost = u.usage.reduce((a, r) => a + (r.cost || 0), 0);
+    const turnsByDay = new Map((u.turns || []).map((r) => [r.day, r]));
+    const injected = stackedBars(daysSorted.map((d) => ({label: d, short: d.slice(5),
+      parts: turnsByDay.has(d) ? {[t('usage.per_turn')]: turnsByDay.get(d).injected_per_turn} : {}})),
+    {title: t('usage.injected_chart'), describe: (it, tot) => `${it.label}: ${tot} ${t('usage.tokens')}`});
     clear(box).append(
       h('p', {class: 'hint'}, t('usage.scope')),
       h('section', {class: 'card'}, h('h2', {}, t('usage.calls_chart')), calls.svg, legend(calls.series)),
@@ -42,7 +47,15 @@ export async function usagePage(root) {
             h('td', {}, r.cost === null ? '—' : `$${r.cost.toFixed(4)}`))))))
           : h('p', {class: 'empty'}, t('usage.none')),
         cost ? h('p', {}, t('usage.total_cost', {cost: cost.toFixed(4)})) : null),
-      h('p', {class: 'hint'}, t('usage.injected_na')));
+      h('section', {class: 'card', id: 'usage-injected'}, h('h2', {}, t('usage.injected_chart')),
+        h('p', {class: 'hint'}, t('usage.injected_hint')), injected.svg,
+        (u.turns || []).length ? h('div', {class: 'scroll'}, h('table', {},
+          h('thead', {}, h('tr', {}, ['usage.day', 'usage.turns', 'usage.per_turn', 'usage.p95', 'usage.max', 'usage.injected_total']
+            .map((k) => h('th', {scope: 'col'}, t(k))))),
+          h('tbody', {}, u.turns.map((r) => h('tr', {}, h('td', {}, r.day), h('td', {}, String(r.turns)),
+            h('td', {}, String(r.injected_per_turn)), h('td', {}, String(r.injected_p95)), h('td', {}, String(r.injected_max)),
+            h('td', {}, String(r.injected_tokens)))))))
+          : h('p', {class: 'empty'}, t('usage.no_turns'))));
   }
 
   days.addEventListener('change', load);
