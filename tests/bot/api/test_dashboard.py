@@ -186,8 +186,14 @@ async def test_dashboard_in_chromium(api, shots):
 
             with charged_to("u_alice"):  # usage is per space: a call made for this key's space
                 api.app.extras["usage"].add("reply", "openai/gpt-4o-mini", True, 100, 20)
+                api.app.extras["usage"].on_recall(0.02, 120)  # two turns' memory blocks
+                api.app.extras["usage"].on_recall(0.02, 40)
             await p.go("usage")
             await p.page.locator("#usage-box svg rect.seg").first.wait_for()
+            # The second series: memory tokens injected per turn (mean 80 of 120 and 40), with its table.
+            await p.page.locator("#usage-injected svg rect.seg").first.wait_for()
+            cells = await p.page.locator("#usage-injected tbody tr").first.locator("td").all_inner_texts()
+            assert cells[1:] == ["2", "80", "116", "120", "160"]
             saved.append(await p.shot("usage"))
 
             # Chinese follows the picker.
