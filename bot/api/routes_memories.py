@@ -17,13 +17,15 @@ from bot.api.errors import ApiError
 from bot.api.jobs import load_job
 from bot.api.params import body_json, opt_bool, opt_time, page
 from memory.ingest.capture import CapturedTurn, TurnMessage
-from memory.store.browse import Edit, MemoryFilter, MemoryView, StaleVersion, apply_edit, bump_versions, get_views, list_page
+from memory.store.browse import (Edit, MemoryFilter, MemoryView, StaleVersion, apply_edit, bump_versions, get_views, list_page,
+                                 matching_ids)
 from memory.store.rows import new_id
 
 routes = web.RouteTableDef()
 KINDS = ("chunk", "fact", "task", "skill")
 MAX_TEXT = 20_000
 MAX_TAGS = 32
+RECALL_MAX = 100  # the most hits recall ranks for one query
 
 
 def memory_json(m: MemoryView) -> dict:
@@ -115,24 +117,37 @@ async def list_memories(request: web.Request) -> web.Response:
     text = (q.get("q") or "").strip()
     if not text:
         views, total = await engine.store.aread(lambda c: list_page(c, space, f, limit, offset))
+        extra = {}
     else:
-        views, total = await _search(request, text, space, f, limit, offset)
+        views, total, exact = await _search(request, text, space, f, limit, offset)
+        extra = {"total_exact": exact}
     return web.json_response({"memories": [memory_json(m) for m in views], "total": total, "limit": limit,
-                              "offset": offset})
+                              "offset": offset, **extra})
 
 
 async def _search(request: web.Request, text: str, space: str, f: MemoryFilter, limit: int,
-                  offset: int) -> tuple[list[MemoryView], int]:
-    """The production recall (hybrid, fused, decayed, MMR), then the filters, then the page."""
+                  offset: int) -> tuple[list[MemoryView], int, bool]:
+    """The production recall (hybrid, fused, decayed, MMR), then the filters, then the page.
+
+    Returns the page, the total and whether that total is exact: without filters recall ranks only
+    what the page needs plus one, so a full answer means "more follow" (total = that lower bound)."""
     engine, metrics = request.app[ENGINE], request.app[METRICS]
+    # Recall's cost grows with the hits it ranks (limit x 5 candidates per source, MMR over them):
+    # at 10k memories ranking 100 for a 20-row page tripled a search. Only filters recall cannot
+    # apply itself (kind it can) need its deepest ranking, since they drop hits afterwards.
+    narrowed = any(v is not None for v in (f.category, f.tag, f.pinned, f.since, f.until))
+    depth = RECALL_MAX if narrowed else min(RECALL_MAX, offset + limit + 1)
     started = time.perf_counter()
-    # Recall ranks at most 100; filters narrow its hits, so ask for the most it gives.
-    hits = await engine.search(text, [space], limit=100, kinds=f.kinds or None)
+    hits = await engine.search(text, [space], limit=depth, kinds=f.kinds or None)
     metrics.recall_latency.observe(time.perf_counter() - started)
     scores = {h.id: h.score for h in hits}
-    views = await engine.store.aread(lambda c: get_views(c, space, [h.id for h in hits], f))
-    total = len(views)
-    return [_scored(v, scores[v.id]) for v in views[offset:offset + limit]], total
+    ids = [h.id for h in hits]
+    if narrowed:
+        ids = await engine.store.aread(lambda c: matching_ids(c, space, ids, f))
+    exact = len(hits) < depth or depth == RECALL_MAX
+    # Full rows (versions, sources) only for the page, not for every hit.
+    views = await engine.store.aread(lambda c: get_views(c, space, ids[offset:offset + limit], f))
+    return [_scored(v, scores[v.id]) for v in views], len(ids), exact
 
 
 def _scored(v: MemoryView, score: float) -> MemoryView:

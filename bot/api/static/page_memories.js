@@ -124,14 +124,17 @@ export async function memoriesPage(root, ctx, preset = {}) {
     const ul = h('ul', {class: 'memories', 'aria-label': t('page.memories')},
       page.memories.map((m) => memoryItem(m, ctx, selected, null)));
     const last = Math.min(page.total, offset + page.memories.length);
+    // A search ranks only a page ahead: "21+" until the last page is reached.
+    const more = page.total_exact === false;
     clear(results).append(
-      h('p', {class: 'count', role: 'status'}, t('mem.count', {from: page.total ? offset + 1 : 0, to: last, total: page.total})),
+      h('p', {class: 'count', role: 'status'}, t('mem.count', {from: page.total ? offset + 1 : 0, to: last,
+        total: more ? `${last}+` : page.total})),
       h('div', {class: 'bulk'}, h('button', {type: 'button', class: 'danger', id: 'bulk-forget', onclick: bulkForget},
         t('mem.bulk_forget'))),
       page.memories.length ? ul : h('p', {class: 'empty'}, t('mem.none')),
       h('div', {class: 'pager'},
         h('button', {type: 'button', disabled: offset === 0, onclick: () => { offset = Math.max(0, offset - PAGE); load(); }}, t('prev')),
-        h('button', {type: 'button', disabled: last >= page.total, onclick: () => { offset += PAGE; load(); }}, t('next'))));
+        h('button', {type: 'button', disabled: !more && last >= page.total, onclick: () => { offset += PAGE; load(); }}, t('next'))));
   }
 
   async function bulkForget() {

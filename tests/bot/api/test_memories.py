@@ -122,3 +122,24 @@ async def test_unknown_job_is_404_and_jobs_are_per_space(api):
     assert (await api.call("GET", f"/api/v1/jobs/{body['job_id']}", b))[0] == 404
     assert (await api.call("GET", "/api/v1/jobs/j_nope", a))[0] == 404
     assert api.app.store.read(lambda c: load_job(c, "u_b", body["job_id"])) is None
+
+
+async def test_search_pages_rank_one_page_ahead_and_say_when_the_total_is_exact(api):
+    key = api.key()
+    for n in range(8):
+        await api.call("POST", "/api/v1/memories", key, json={"content": f"Garden note {n}: the tomatoes in bed {n} need water",
+                                                               "tags": ["garden"] if n % 2 else []})
+    _, whole, _ = await api.call("GET", "/api/v1/memories?q=tomatoes need water&limit=50", key)
+    assert whole["total_exact"] is True and whole["total"] == len(whole["memories"]) >= 6
+    seen, offset, page = [], 0, {"total_exact": False}
+    while not page["total_exact"]:
+        _, page, _ = await api.call("GET", f"/api/v1/memories?q=tomatoes need water&limit=3&offset={offset}", key)
+        seen += [m["id"] for m in page["memories"]]
+        if not page["total_exact"]:
+            assert page["total"] == offset + 4 and len(page["memories"]) == 3  # "at least one more"
+        offset += 3
+    assert seen == [m["id"] for m in whole["memories"]] and page["total"] == whole["total"]
+    # A filter recall cannot apply ranks deep and counts exactly what matches.
+    _, tagged, _ = await api.call("GET", "/api/v1/memories?q=tomatoes need water&limit=2&tag=garden", key)
+    assert tagged["total_exact"] is True and tagged["total"] == 4 and len(tagged["memories"]) == 2
+    assert all("garden" in m["tags"] for m in tagged["memories"])
