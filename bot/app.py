@@ -65,6 +65,7 @@ def make_llm(settings: Settings, recorder: UsageRecorder | None, *, memory: bool
 
 def open_store(settings: Settings, extra: Sequence = ()) -> Store:
     """The database with every layer's migrations (a locked file raises StoreLockedError)."""
+    from bot.api.jobs import JOB_MIGRATIONS
     from bot.api.keys import KEY_MIGRATIONS
     from bot.scheduler import SCHEDULER_MIGRATIONS
 
@@ -72,7 +73,7 @@ def open_store(settings: Settings, extra: Sequence = ()) -> Store:
     dim = settings.embedding.dim
     return Store(settings.db_path, dim, extra_migrations=(*ACCESS_MIGRATIONS, *LINKING_MIGRATIONS, *SESSION_MIGRATIONS,
                                                           *SCHEDULER_MIGRATIONS, *KEY_MIGRATIONS, *USAGE_MIGRATIONS,
-                                                          *INBOX_MIGRATIONS, *OUTBOX_MIGRATIONS, *extra))
+                                                          *INBOX_MIGRATIONS, *OUTBOX_MIGRATIONS, *JOB_MIGRATIONS, *extra))
 
 
 @dataclass

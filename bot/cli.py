@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
-import json
 import logging
 import os
 import signal
@@ -161,107 +160,29 @@ def _engine(settings: Settings):
     return build_app(settings)
 
 
-def _person_space(app, who: str, *, create: bool) -> str:
-    """The space `memgate chat --user WHO` talks in (or an identity given as channel:id)."""
-    from datetime import UTC, datetime
-
-    from bot.access import CONSOLE_CHANNEL, Allowed
-    from bot.message import Message
-
-    channel, sep, external_id = who.partition(":")
-    if sep and channel != CONSOLE_CHANNEL:
-        ident = asyncio.run(app.access.identity(channel, external_id))
-        if ident is None:
-            raise ConfigError(f"--user {who}: no such identity here (memgate chat --user NAME uses console:NAME)")
-        return ident.space_id
-    name = external_id if sep else who
-    ident = asyncio.run(app.access.identity(CONSOLE_CHANNEL, name))
-    if ident is not None:
-        return ident.space_id
-    if not create:
-        raise ConfigError(f"--user {who}: nobody of that name has talked here yet")
-    allowed = asyncio.run(app.access.check(Message(channel=CONSOLE_CHANNEL, chat_id=name, sender_id=name, sender_name=name,
-                                                   text="", timestamp=datetime.now(UTC))))
-    assert isinstance(allowed, Allowed)  # the console is always let in
-    return allowed.write_space
-
-
-def _spaces(app, args) -> list[str]:
-    if getattr(args, "user", None):
-        return [_person_space(app, args.user, create=False)]
-    if getattr(args, "space", None):
-        return [args.space]
-    return [r[0] for r in app.store.read(lambda c: c.execute("SELECT id FROM spaces ORDER BY id").fetchall())]
-
-
-def _import(app, args) -> int:
-    """`memgate memory import FILE [--user NAME | --space ID]`: idempotent, bad lines reported by number."""
-    from tqdm import tqdm
-
-    from memory.portable import PUBLIC, BadLine, parse_lines, source_spaces
-
-    try:
-        lines = Path(args.file).read_bytes().split(b"\n")
-    except OSError as exc:
-        print(f"memgate: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    rows = [r for _, r in parse_lines(lines) if not isinstance(r, BadLine)]
-    sources = source_spaces(rows)
-    known = {r[0] for r in app.store.read(lambda c: c.execute("SELECT id FROM spaces").fetchall())}
-    if args.user or args.space:
-        if args.space and args.space not in known:
-            print(f"memgate: --space {args.space}: no such space here (use --user NAME for a person)", file=sys.stderr)
-            return 2
-        if len(sources) > 1:
-            print(f"memgate: {args.file} holds the memories of {len(sources)} spaces ({', '.join(sorted(sources))}); "
-                  "import them one person at a time (memgate memory export --space ID)", file=sys.stderr)
-            return 2
-        target = args.space or _person_space(app, args.user, create=True)
-        space_for = lambda r: PUBLIC if r.space_id == PUBLIC else target  # noqa: E731
-    else:
-        unknown = sorted(sources - known)
-        if unknown:
-            print(f"memgate: {args.file} belongs to space(s) {', '.join(unknown)} that nobody here uses: "
-                  "say whose memories these are with --user NAME (or --space ID)", file=sys.stderr)
-            return 2
-        space_for = lambda r: r.space_id or PUBLIC  # noqa: E731
-
-    def bad(b) -> None:
-        tqdm.write(f"{args.file}: line {b.line}: {b.reason} (skipped)", file=sys.stderr)
-
-    with tqdm(total=sum(1 for line in lines if line.strip()), unit="mem", file=sys.stderr) as bar:
-        report = app.engine.import_lines(lines, space_for, progress=bar.update, on_bad=bad)
-    print(f"imported {report.added} memories ({report.present} already present, {len(report.bad)} bad lines skipped)")
-    return 1 if report.bad else 0
-
-
 @contextmanager
 def _operator(settings: Settings):
-    """Through the running gateway's admin API when one answers, else on the database directly."""
+    """Through the running gateway's admin API when one answers, else on the database directly.
+
+    Only the second imports the database, the embedding model and litellm: talking to a running
+    gateway stays light (bot.operator imports none of them)."""
     from bot.gateway_client import find_gateway
-    from bot.operator import LocalOperator, RemoteOperator
+    from bot.operator import RemoteOperator
 
     client = find_gateway(settings.data_path)
     if client is not None:
         yield RemoteOperator(client)
         return
     from bot.api.keys import Keys
+    from bot.app import make_embedder
+    from bot.operator_local import LocalOperator
 
     app = _engine(settings)
     try:
-        yield LocalOperator(app.engine, app.access, app.pairing, Keys(app.store, clock=app.clock), app.clock)
+        yield LocalOperator(app.engine, app.access, app.pairing, Keys(app.store, clock=app.clock), app.clock,
+                            embedder=lambda: make_embedder(settings))
     finally:
         app.store.close()
-
-
-def _refuse_while_running(settings: Settings, what: str) -> None:
-    """Bulk rewrites of the file are offline work: say so in one line instead of 'database locked'."""
-    from bot.gateway_client import find_gateway
-
-    client = find_gateway(settings.data_path)
-    if client is not None:
-        raise StoreLockedError(f"the gateway at {client.url} holds the database; stop it to run `memgate {what}`"
-                               " (or use the HTTP API: GET /api/v1/export, POST /api/v1/import with a space key)")
 
 
 def format_memory_line(m) -> str:
@@ -272,73 +193,84 @@ def format_memory_line(m) -> str:
 
 
 def cmd_memory(settings: Settings, args) -> int:
-    if args.action in ("search", "list") and not getattr(args, "user", None):
-        # Through the running gateway when there is one (same lines either way).
-        with _operator(settings) as op:
-            if args.action == "search":
-                lines = op.search(" ".join(args.query), args.space, args.limit)
-            else:
-                lines = op.list(args.space, args.kind, args.limit)
-        for m in lines:
-            print(format_memory_line(m))
-        if args.action == "search" and not lines:
-            print("nothing found")
-        return 0
-    _refuse_while_running(settings, f"memory {args.action}" + (" --user" if args.action in ("search", "list") else ""))
-    return _memory_offline(settings, args)
-
-
-def _memory_offline(settings: Settings, args) -> int:
-    """Export, import, and --user lookups: on the database file (no gateway running)."""
-    from tqdm import tqdm
-
-    from bot.operator import MemoryLine
-
-    app = _engine(settings)
-    try:
-        spaces = _spaces(app, args) if args.action != "import" else []
+    """search, list, export, import: through the running gateway when there is one, the same lines either way."""
+    if args.action == "import":
+        try:
+            lines = Path(args.file).read_bytes().split(b"\n")
+        except OSError as exc:
+            print(f"memgate: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+    with _operator(settings) as op:
         if args.action == "search":
-            hits = app.engine.recaller.search(" ".join(args.query), spaces, limit=args.limit)
-            for h in hits:
-                print(format_memory_line(MemoryLine(h.id, h.kind, h.space_id, h.created_at, h.pinned, h.text, h.score)))
-            if not hits:
+            found = op.search(" ".join(args.query), args.space, args.limit, user=args.user)
+            for m in found:
+                print(format_memory_line(m))
+            if not found:
                 print("nothing found")
         elif args.action == "list":
-            rows = asyncio.run(app.engine.list(spaces, kinds=tuple(args.kind), limit=args.limit))
-            for r in rows:
-                print(format_memory_line(MemoryLine(r.id, r.kind, r.space_id, r.created_at, r.pinned, r.text)))
+            for m in op.list(args.space, args.kind, args.limit, user=args.user):
+                print(format_memory_line(m))
         elif args.action == "export":
-            out = open(args.file, "w", encoding="utf-8") if args.file != "-" else sys.stdout
-            total = app.store.read(lambda c: c.execute(
-                "SELECT count(*) FROM memories WHERE status = 'active' AND space_id IN (SELECT unnest(?))", [spaces]).fetchone()[0])
-            with tqdm(total=total, unit="mem", disable=args.file == "-", file=sys.stderr) as bar:
-                for row in app.engine.export_rows(spaces):
-                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
-                    bar.update(1)
-            if out is not sys.stdout:
-                out.close()
-        elif args.action == "import":
-            return _import(app, args)
-    finally:
-        app.store.close()
+            _export(op, args)
+        else:
+            return _import(op, args, lines)
     return 0
 
 
-def cmd_reembed(settings: Settings, args) -> int:
-    from tqdm import tqdm
-
-    from bot.app import make_embedder
-
-    _refuse_while_running(settings, "reembed")
-    app = _engine(settings)
+def _export(op, args) -> None:
+    lines = op.export(args.space, args.user)  # an unknown --user is refused before the file is made
+    out = open(args.file, "w", encoding="utf-8") if args.file != "-" else sys.stdout
     try:
-        total = app.store.read(lambda c: c.execute("SELECT count(*) FROM memories").fetchone()[0])
-        with tqdm(total=total, unit="mem", file=sys.stderr) as bar:
-            n = app.engine.reembed(make_embedder(settings), progress=bar.update)
-        app.engine.rebuild_fts()
-        print(f"re-embedded {n} memories with {app.engine.embedder.name}")
+        with _Bar() as bar:
+            for line in lines:
+                out.write(line)
+                if out is not sys.stdout:
+                    bar.update(1)
     finally:
-        app.store.close()
+        if out is not sys.stdout:
+            out.close()
+
+
+class _Bar:
+    """A progress bar on stderr that appears with the first progress (a refusal prints alone)."""
+
+    def __init__(self, total: int | None = None) -> None:
+        self.total, self._bar = total, None
+
+    def update(self, n: int) -> None:
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total, unit="mem", file=sys.stderr)
+        self._bar.update(n)
+
+    def write(self, text: str) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(text, file=sys.stderr)
+
+    def __enter__(self) -> _Bar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _import(op, args, lines: list[bytes]) -> int:
+    """`memgate memory import FILE [--user NAME | --space ID]`: idempotent, bad lines reported by number."""
+    with _Bar(sum(1 for line in lines if line.strip())) as bar:
+        summary = op.import_lines(lines, args.space, args.user, source=args.file, progress=bar.update,
+                                  on_bad=lambda n, reason: bar.write(f"{args.file}: line {n}: {reason} (skipped)"))
+    print(f"imported {summary.added} memories ({summary.present} already present, {len(summary.bad)} bad lines skipped)")
+    return 1 if summary.bad else 0
+
+
+def cmd_reembed(settings: Settings, args) -> int:
+    """Re-embed every memory with the configured model (through a running gateway: with its model)."""
+    with _operator(settings) as op, _Bar() as bar:
+        n, model = op.reembed(progress=bar.update)
+    print(f"re-embedded {n} memories with {model}")
     return 0
 
 
@@ -450,7 +382,7 @@ def cmd_public(settings: Settings, args) -> int:
 
 
 def cmd_jobs(settings: Settings, args) -> int:
-    from bot.scheduler import format_jobs
+    from bot.job_views import format_jobs
 
     with _operator(settings) as op:
         print(format_jobs(op.jobs()))
@@ -459,7 +391,7 @@ def cmd_jobs(settings: Settings, args) -> int:
 
 def cmd_keys(settings: Settings, args) -> int:
     """API keys: create (printed once), list, revoke."""
-    from bot.api.keys import format_keys, parse_duration
+    from bot.api.key_views import format_keys, parse_duration
 
     with _operator(settings) as op:
         if args.action == "list":

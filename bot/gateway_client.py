@@ -14,6 +14,7 @@ import logging
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -30,6 +31,10 @@ CALL_TIMEOUT_S = 120.0       # a search or a key write on a busy gateway
 class GatewayCallError(MemgateError):
     """The running gateway refused or failed a request (its message is the API's own)."""
 
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status, None when the gateway did not answer
+
 
 @dataclass(frozen=True, slots=True)
 class GatewayClient:
@@ -39,18 +44,39 @@ class GatewayClient:
     token: str
     timeout: float = CALL_TIMEOUT_S
 
-    def call(self, method: str, path: str, body: dict | None = None, **query: object) -> dict:
-        """One request; the JSON answer, or GatewayCallError with the API's message."""
-        q = "&".join(f"{k}={quote(str(v))}" for k, v in query.items() if v is not None)
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path + (f"?{q}" if q else ""), data=data, method=method,
-                                     headers={"Authorization": f"Bearer {self.token}",
-                                              "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+    def call(self, method: str, path: str, body: dict | bytes | None = None, **query: object) -> dict:
+        """One request (a JSON body, or raw bytes such as an export file); the JSON answer, or
+        GatewayCallError with the API's message."""
+        with self._open(method, path, body, query) as resp:
+            try:
                 return json.loads(resp.read() or b"{}")
+            except (TimeoutError, OSError) as exc:
+                raise GatewayCallError(f"the running gateway at {self.url} did not answer ({_reason(exc)})") from None
+
+    def lines(self, path: str, **query: object) -> Iterator[bytes]:
+        """A streamed GET, line by line (an export), without holding the whole answer. A refusal
+        raises here, before the first line."""
+        return self._read_lines(self._open("GET", path, None, query))
+
+    def _read_lines(self, resp) -> Iterator[bytes]:
+        with resp:
+            try:
+                yield from resp
+            except (TimeoutError, OSError) as exc:
+                raise GatewayCallError(f"the running gateway at {self.url} stopped answering ({_reason(exc)})") from None
+
+    def _open(self, method: str, path: str, body: dict | bytes | None, query: dict):
+        q = "&".join(f"{k}={quote(str(v))}" for k, v in query.items() if v is not None)
+        if isinstance(body, bytes):
+            data, ctype = body, "application/octet-stream"
+        else:
+            data, ctype = (json.dumps(body).encode() if body is not None else None), "application/json"
+        req = urllib.request.Request(self.url + path + (f"?{q}" if q else ""), data=data, method=method,
+                                     headers={"Authorization": f"Bearer {self.token}", "Content-Type": ctype})
+        try:
+            return urllib.request.urlopen(req, timeout=self.timeout)
         except urllib.error.HTTPError as exc:
-            raise GatewayCallError(_api_message(exc)) from None
+            raise GatewayCallError(_api_message(exc), exc.code) from None
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             raise GatewayCallError(f"the running gateway at {self.url} did not answer ({_reason(exc)})") from None
 

@@ -1,26 +1,27 @@
 """What the operator does from the command line, the same whether or not a gateway is running.
 
-`Operator` is the seam: `LocalOperator` opens the database itself (no gateway), `RemoteOperator`
-asks the running gateway's admin API (DuckDB lets only one process hold the file). Both return
-the same frozen values, so `bot.cli` formats one way and the output is identical. The JSON shapes
-below are the wire format of the admin routes in bot.api.routes_operator (one definition, both ends).
+`Operator` is the seam: `bot.operator_local.LocalOperator` opens the database itself (no
+gateway), `RemoteOperator` asks the running gateway's admin API (DuckDB lets only one process
+hold the file). Both return the same frozen values, so `bot.cli` formats one way and the output
+is identical. The JSON shapes below are the wire format of the admin routes in
+bot.api.routes_operator (one definition, both ends).
+
+This module is what the command line loads to talk to a running gateway, so it imports no
+database, embedding model or LLM library: `memgate pairing list` must start in a blink.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from bot.access import Access
-from bot.api.keys import ApiKey, Keys
+from bot.api.key_views import ApiKey
 from bot.errors import ConfigError
-from bot.gateway_client import GatewayClient
-from bot.pairing import Pairing
-from bot.scheduler import JobStatus, load_job_statuses
-from memory.engine import MemoryEngine
+from bot.gateway_client import GatewayCallError, GatewayClient
+from bot.job_views import JobStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,20 @@ class MemoryLine:
     score: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ImportSummary:
+    """What `memory import` reports: rows added, rows already there, bad lines (number, reason)."""
+
+    added: int
+    present: int
+    bad: tuple[tuple[int, str], ...] = field(default_factory=tuple)
+
+
+Progress = Callable[[int], None]
+OnBad = Callable[[int, str], None]
+JOB_POLL_S = 0.2  # a job's status is one indexed read: polling often costs the gateway nothing
+
+
 class Operator(Protocol):
     def pending(self) -> list[PendingLine]: ...
     def approve(self, code: str) -> Person: ...
@@ -62,8 +77,12 @@ class Operator(Protocol):
     def create_key(self, scope: str, space: str | None, user: str | None, expires: timedelta | None,
                    name: str | None) -> tuple[str, ApiKey]: ...
     def revoke_key(self, prefix: str) -> ApiKey: ...
-    def search(self, query: str, space: str | None, limit: int) -> list[MemoryLine]: ...
-    def list(self, space: str | None, kinds: Sequence[str], limit: int) -> list[MemoryLine]: ...
+    def search(self, query: str, space: str | None, limit: int, user: str | None = None) -> list[MemoryLine]: ...
+    def list(self, space: str | None, kinds: Sequence[str], limit: int, user: str | None = None) -> list[MemoryLine]: ...
+    def export(self, space: str | None, user: str | None) -> Iterator[str]: ...
+    def import_lines(self, lines: list[bytes], space: str | None, user: str | None, *, source: str,
+                     progress: Progress | None = None, on_bad: OnBad | None = None) -> ImportSummary: ...
+    def reembed(self, progress: Progress | None = None) -> tuple[int, str]: ...
     def now(self) -> datetime: ...
 
 
@@ -123,72 +142,7 @@ def user_space(people: Sequence[Person], who: str) -> str:
     return found[0].space_id
 
 
-def all_spaces(con) -> list[str]:
-    return [r[0] for r in con.execute("SELECT id FROM spaces ORDER BY id").fetchall()]
-
-
-async def search_lines(engine: MemoryEngine, query: str, spaces: Sequence[str], limit: int) -> list[MemoryLine]:
-    hits = await asyncio.to_thread(engine.recaller.search, query, list(spaces), limit=limit)
-    return [MemoryLine(h.id, h.kind, h.space_id, h.created_at, h.pinned, h.text, h.score) for h in hits]
-
-
-async def list_lines(engine: MemoryEngine, spaces: Sequence[str], kinds: Sequence[str], limit: int) -> list[MemoryLine]:
-    rows = await engine.list(list(spaces), kinds=tuple(kinds), limit=limit)
-    return [MemoryLine(r.id, r.kind, r.space_id, r.created_at, r.pinned, r.text) for r in rows]
-
-
-async def people(access: Access) -> list[Person]:
-    return [Person(i.key, i.space_id, i.role.value, i.display_name) for i in await access.users()]
-
-
-# --- the two operators --------------------------------------------------------------------
-class LocalOperator:
-    """No gateway running: act on the database file directly."""
-
-    def __init__(self, engine: MemoryEngine, access: Access, pairing: Pairing, keys: Keys,
-                 clock: Callable[[], datetime]) -> None:
-        self.engine, self.access, self.pairing, self.keys_store, self.clock = engine, access, pairing, keys, clock
-        self.store = engine.store
-
-    def now(self) -> datetime:
-        return self.clock()
-
-    def pending(self) -> list[PendingLine]:
-        return [PendingLine(p.code, p.key, p.display_name) for p in asyncio.run(self.pairing.pending())]
-
-    def approve(self, code: str) -> Person:
-        i = asyncio.run(self.pairing.approve(code.upper(), None)).identity
-        return Person(i.key, i.space_id, i.role.value, i.display_name)
-
-    def deny(self, code: str) -> None:
-        asyncio.run(self.pairing.deny(code.upper(), None))
-
-    def jobs(self) -> list[JobStatus]:
-        return load_job_statuses(self.store)
-
-    def keys(self) -> list[ApiKey]:
-        return self.keys_store.list()
-
-    def create_key(self, scope, space, user, expires, name):
-        if user:
-            space = user_space(asyncio.run(people(self.access)), user)
-        if space:
-            asyncio.run(self.engine.ensure_space(space, "user"))
-        return self.keys_store.create(scope, None if scope == "admin" else space, expires=expires, name=name)
-
-    def revoke_key(self, prefix: str) -> ApiKey:
-        return self.keys_store.revoke(prefix)
-
-    def _spaces(self, space: str | None) -> list[str]:
-        return [space] if space else self.store.read(all_spaces)
-
-    def search(self, query: str, space: str | None, limit: int) -> list[MemoryLine]:
-        return asyncio.run(search_lines(self.engine, query, self._spaces(space), limit))
-
-    def list(self, space: str | None, kinds: Sequence[str], limit: int) -> list[MemoryLine]:
-        return asyncio.run(list_lines(self.engine, self._spaces(space), kinds, limit))
-
-
+# --- through the running gateway ------------------------------------------------------------
 class RemoteOperator:
     """A gateway is running: ask its admin API (routes in bot.api.routes_operator and routes_admin)."""
 
@@ -224,13 +178,62 @@ class RemoteOperator:
     def revoke_key(self, prefix: str) -> ApiKey:
         return key_from_json(self.client.call("POST", "/api/v1/admin/keys/revoke", {"prefix": prefix}))
 
-    def search(self, query: str, space: str | None, limit: int) -> list[MemoryLine]:
-        d = self.client.call("GET", "/api/v1/admin/memories/search", q=query, space=space, limit=limit)
+    def _call(self, method: str, path: str, body: dict | bytes | None = None, **query: object) -> dict:
+        """A call whose 400 is the operator's mistake (an unknown --user, a file for several spaces):
+        a ConfigError, as it is without a gateway."""
+        try:
+            return self.client.call(method, path, body, **query)
+        except GatewayCallError as exc:
+            if exc.status == 400:
+                raise ConfigError(str(exc)) from None
+            raise
+
+    def search(self, query: str, space: str | None, limit: int, user: str | None = None) -> list[MemoryLine]:
+        d = self._call("GET", "/api/v1/admin/memories/search", q=query, space=space, user=user, limit=limit)
         return [line_from_json(m) for m in d["memories"]]
 
-    def list(self, space: str | None, kinds: Sequence[str], limit: int) -> list[MemoryLine]:
-        d = self.client.call("GET", "/api/v1/admin/memories/list", space=space, kind=",".join(kinds), limit=limit)
+    def list(self, space: str | None, kinds: Sequence[str], limit: int, user: str | None = None) -> list[MemoryLine]:
+        d = self._call("GET", "/api/v1/admin/memories/list", space=space, user=user, kind=",".join(kinds), limit=limit)
         return [line_from_json(m) for m in d["memories"]]
+
+    def export(self, space: str | None, user: str | None) -> Iterator[str]:
+        """The export's JSONL lines as the gateway streams them (never held whole here)."""
+        try:
+            stream = self.client.lines("/api/v1/admin/export", space=space, user=user)
+        except GatewayCallError as exc:
+            if exc.status == 400:
+                raise ConfigError(str(exc)) from None
+            raise
+        return (line.decode("utf-8") for line in stream)
+
+    def import_lines(self, lines: list[bytes], space: str | None, user: str | None, *, source: str,
+                     progress: Progress | None = None, on_bad: OnBad | None = None) -> ImportSummary:
+        """Upload the file; the gateway imports it as a job, polled here until it is done."""
+        job = self._call("POST", "/api/v1/admin/import", b"\n".join(lines), space=space, user=user, source=source)
+        result = self._wait(job["job_id"])
+        summary = ImportSummary(result["added"], result["present"], tuple((n, r) for n, r in result["bad"]))
+        if on_bad is not None:
+            for n, reason in summary.bad:
+                on_bad(n, reason)
+        if progress is not None:
+            progress(result["rows"])
+        return summary
+
+    def reembed(self, progress: Progress | None = None) -> tuple[int, str]:
+        result = self._wait(self._call("POST", "/api/v1/admin/reembed")["job_id"])
+        if progress is not None:
+            progress(result["count"])
+        return result["count"], result["model"]
+
+    def _wait(self, job_id: str) -> dict:
+        """Poll an admin job until it is done; its result, or its error as a MemgateError."""
+        while True:
+            job = self.client.call("GET", f"/api/v1/admin/jobs/{_seg(job_id)}")
+            if job["status"] == "done":
+                return job["result"]
+            if job["status"] == "failed":
+                raise GatewayCallError(f"the gateway's {job['kind']} job failed: {job['error']}")
+            time.sleep(JOB_POLL_S)
 
 
 def _seg(s: str) -> str:

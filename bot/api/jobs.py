@@ -10,8 +10,16 @@ from typing import Literal
 
 from memory.store.connection import Conn
 from memory.store.rows import utc_naive
+from memory.store.schema import Migration
 
 JobStatus = Literal["queued", "running", "done", "failed"]
+ADMIN_SPACE = "(admin)"  # the space_id of an operator's job that spans spaces (import of a whole file, reembed)
+
+# What an operator's job reports when done (an import's counts and bad lines, a reembed's model):
+# a side table, because DuckDB 1.5.5 cannot replay an uncheckpointed ALTER TABLE on api_jobs.
+JOB_MIGRATIONS = (Migration(540, "api job results", """
+    CREATE TABLE api_job_results (job_id VARCHAR PRIMARY KEY, result VARCHAR NOT NULL);
+"""),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,3 +94,22 @@ def queue_depth_and_age(con: Conn, now: datetime) -> tuple[int, float]:
     """Pending ingest turns of every space and the age in seconds of the oldest (for /metrics)."""
     depth, oldest = con.execute("SELECT count(*), min(created_at) FROM ingest_queue WHERE status = 'pending'").fetchone()
     return depth, (utc_naive(now) - oldest).total_seconds() if oldest is not None else 0.0
+
+
+def save_result(con: Conn, job_id: str, result: dict) -> None:
+    import json
+
+    con.execute("INSERT OR REPLACE INTO api_job_results VALUES (?, ?)", [job_id, json.dumps(result, ensure_ascii=False)])
+
+
+def admin_job(con: Conn, job_id: str) -> dict | None:
+    """An operator's job (any space) with its result: what `memgate memory import` and `reembed` poll."""
+    import json
+
+    row = con.execute("""SELECT j.kind, j.status, j.error, r.result FROM api_jobs j
+                         LEFT JOIN api_job_results r ON r.job_id = j.id WHERE j.id = ?""", [job_id]).fetchone()
+    if row is None:
+        return None
+    return {"job_id": job_id, "kind": row[0], "status": row[1], "error": row[2],
+            "result": json.loads(row[3]) if row[3] else None}
+

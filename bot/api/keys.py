@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
 
-from memory.errors import MemgateError
+from bot.api.key_views import ApiKey, ApiKeyError, Scope, format_keys, parse_duration  # noqa: F401 (re-exported)
 from memory.store.connection import Conn, Store
 from memory.store.rows import new_id, utc_naive
 from memory.store.schema import Migration
 
-Scope = Literal["read", "write", "admin"]
 SCOPES: tuple[Scope, ...] = ("read", "write", "admin")
 KEY_PREFIX = "mg_"
 # Enough of the key to tell keys apart in `keys list` and to revoke one; far too short to guess with.
@@ -56,44 +52,8 @@ KEY_MIGRATIONS: tuple[Migration, ...] = (
 )
 
 
-class ApiKeyError(MemgateError):
-    """A key operation was refused (bad scope, unknown prefix, bad duration)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ApiKey:
-    """A stored key, as the server and `keys list` see it (never the key itself)."""
-
-    id: str
-    prefix: str
-    name: str | None
-    scope: Scope
-    space_id: str | None
-    created_at: datetime
-    expires_at: datetime | None
-    revoked_at: datetime | None
-
-    def allows(self, needed: Scope) -> bool:
-        """read < write; admin is its own realm (admin routes only)."""
-        if needed == "admin" or self.scope == "admin":
-            return needed == self.scope
-        return needed == "read" or self.scope == "write"
-
-
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
-_DURATION = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$", re.I)
-_UNIT = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1)}
-
-
-def parse_duration(text: str) -> timedelta:
-    """'30d', '12h', '2w', '90m' -> a timedelta (a positive whole number and one unit)."""
-    m = _DURATION.match(text or "")
-    if not m or int(m.group(1)) <= 0:
-        raise ApiKeyError(f"bad duration {text!r}: use a number and m|h|d|w, e.g. 30d")
-    return int(m.group(1)) * _UNIT[m.group(2).lower()]
 
 
 _COLUMNS = "id, prefix, name, scope, space_id, created_at, expires_at, revoked_at"
@@ -172,16 +132,3 @@ class Keys:
             return ApiKey(*rows[0][:7], now)
 
         return self.store.write(write)
-
-
-def format_keys(keys: list[ApiKey], now: datetime) -> str:
-    """`memgate keys list`: one line per key, never the key itself."""
-    if not keys:
-        return "no API keys (create one with: memgate keys create --user NAME)"
-    lines = []
-    for k in keys:
-        state = ("revoked" if k.revoked_at else "expired" if k.expires_at and k.expires_at <= utc_naive(now)
-                 else "live")
-        until = f"until {k.expires_at:%Y-%m-%d %H:%M}" if k.expires_at else "no expiry"
-        lines.append(f"{k.prefix}…  {k.scope:<5}  {k.space_id or '(admin)':<24}  {state:<7}  {until:<22}  {k.name or ''}")
-    return "\n".join(lines)

