@@ -154,7 +154,8 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                             search_max=m.search_max, half_life_days=m.half_life_days, decay_floor=m.decay_floor,
                             mmr_lambda=m.mmr_lambda, fusion=m.fusion)
     ingest = IngestSettings(dedup_threshold=m.dedup_threshold, fact_candidate_threshold=m.fact_candidate_threshold,
-                            max_attempts=m.max_ingest_attempts, max_facts_per_turn=m.max_facts_per_turn)
+                            max_attempts=m.max_ingest_attempts, max_facts_per_turn=m.max_facts_per_turn,
+                            workers=m.ingest_workers)
     extras: dict[str, Any] = {}
     engine = MemoryEngine(store, embedder, memory_llm, data_dir=settings.data_path, recall_settings=recall,
                           ingest_settings=ingest, clock=clock)

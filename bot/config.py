@@ -55,6 +55,7 @@ class MemoryConfig(_Section):
     fact_candidate_threshold: float = Field(0.86, ge=0, le=1)
     max_ingest_attempts: int = Field(3, ge=1, le=20)
     max_facts_per_turn: int = Field(20, ge=1, le=50)
+    ingest_workers: int = Field(4, ge=1, le=64)  # spaces ingested at once (each space's turns stay in order)
     embed_piece_chars: int = Field(2000, ge=200, le=32_000)
     embed_max_pieces: int = Field(4, ge=1, le=64)
 

@@ -44,7 +44,9 @@ class IngestSettings:
     title_min_chars: int = TITLE_CHARS      # shorter messages are their own title (no LLM tokens)
     max_attempts: int = 3
     backoff_seconds: float = 30.0
-    batch: int = 16
+    batch: int = 16                          # turns per worker and round
+    workers: int = 4                         # spaces ingested at once
+    per_space: int = 4                       # a space's turns per round (the rest wait one round)
     poll_seconds: float = 5.0
     max_facts_per_turn: int = F.MAX_FACTS_PER_TURN
 
@@ -144,20 +146,31 @@ class IngestWorker:
 
     # --- the queue -------------------------------------------------------------------------
     async def drain(self) -> int:
-        """Ingest every due turn; returns how many were processed."""
+        """Ingest every due turn; returns how many were processed.
+
+        Different spaces are ingested in parallel (at most `workers` at once: the LLM calls are
+        what takes the time), each space's turns one after another in queue order, so a turn's
+        facts are reconciled against what the turn before it stored. Each round takes at most
+        `per_space` turns of any one space, so a long backlog in one space cannot hold up the
+        others for more than a round.
+        """
         done = 0
         async with self._lock:
             while True:
                 now = utc_naive(self._clock())
-                rows = await self.store.aread(lambda c: c.execute(
-                    """SELECT id, space_id, session_id, turn_id, payload, attempts FROM ingest_queue
-                       WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY created_at, id LIMIT ?""",
-                    [now, self.settings.batch]).fetchall())
+                rows = await self.store.aread(lambda c: due_turns(c, now, self.settings.per_space,
+                                                                  self.settings.batch * self.settings.workers))
                 if not rows:
                     return done
-                for row in rows:
-                    await self._process(*row)
-                    done += 1
+                gate = asyncio.Semaphore(self.settings.workers)
+
+                async def lane(turns: list[tuple]) -> None:
+                    async with gate:
+                        for row in turns:
+                            await self._process(*row)
+
+                await asyncio.gather(*(lane(turns) for turns in by_space(rows).values()))
+                done += len(rows)
                 if self._stopping and done and len(rows) < self.settings.batch:
                     return done
 
@@ -448,3 +461,21 @@ def _from_user(fact: F.ExtractedFact, drafts: Sequence[_Draft]) -> bool:
     if not fact.from_:
         return any(d.msg.role == "user" for d in drafts)
     return any(1 <= n <= len(drafts) and drafts[n - 1].msg.role == "user" for n in fact.from_)
+
+
+def due_turns(con: Conn, now: datetime, per_space: int, limit: int) -> list[tuple]:
+    """Queue rows due now: the first `per_space` of each space, oldest first, at most `limit`."""
+    return con.execute(
+        """SELECT id, space_id, session_id, turn_id, payload, attempts FROM (
+               SELECT *, row_number() OVER (PARTITION BY space_id ORDER BY created_at, id) AS k
+               FROM ingest_queue WHERE status = 'pending' AND next_attempt_at <= ?)
+           WHERE k <= ? ORDER BY created_at, id LIMIT ?""",
+        [now, per_space, limit]).fetchall()
+
+
+def by_space(rows: Sequence[tuple]) -> dict[str, list[tuple]]:
+    """Queue rows grouped by space (column 1), each group in the rows' order."""
+    lanes: dict[str, list[tuple]] = {}
+    for row in rows:
+        lanes.setdefault(row[1], []).append(row)
+    return lanes
