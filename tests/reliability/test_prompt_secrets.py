@@ -95,9 +95,22 @@ def stored_texts(app: App) -> dict[str, list[str]]:
 
 
 def rows_holding(app: App, needles: Iterable[str]) -> dict[str, int]:
+    """Values holding any needle, per "table.column" (the column says how it got there)."""
     needles = [n.lower() for n in needles]
-    found = {t: sum(any(n in v.lower() for n in needles) for v in vals) for t, vals in stored_texts(app).items()}
-    return {t: n for t, n in found.items() if n}
+
+    def read(con) -> dict[str, int]:
+        cols = con.execute(
+            """SELECT table_name, column_name FROM information_schema.columns
+               WHERE table_schema = 'main' AND data_type IN ('VARCHAR', 'VARCHAR[]', 'JSON')""").fetchall()
+        found: dict[str, int] = {}
+        for table, col in cols:
+            vals = con.execute(f'SELECT CAST("{col}" AS VARCHAR) FROM "{table}" WHERE "{col}" IS NOT NULL').fetchall()
+            n = sum(any(needle in v.lower() for needle in needles) for (v,) in vals)
+            if n:
+                found[f"{table}.{col}"] = n
+        return found
+
+    return app.store.read(read)
 
 
 def requests_holding(requests: Iterable[dict], needles: Iterable[str]) -> int:
