@@ -106,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
 
     for item in args.set:
         key, value = item.split("=", 1)
-        settings = replace(settings, **{key: type(getattr(settings, key))(value)})
+        current = getattr(settings, key)
+        parsed = value.lower() in ("1", "true", "yes", "on") if isinstance(current, bool) else type(current)(value)
+        settings = replace(settings, **{key: parsed})
     tmp = tempfile.TemporaryDirectory()
     db = Path(args.db) if args.db else Path(tmp.name) / "bench.duckdb"
     reuse = db.exists()
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         n_turns += len(msgs)
         convs.append((conv, space, {m.turn_id for m in msgs}, last))
     if reuse and args.retokenize:
-        retokenize(store)
+        retokenize(store, numbers=settings.normalise_numbers, bigrams=settings.cjk_bigrams)
     if not reuse or args.retokenize:
         rebuild_index(store)
     ingest_s = time.perf_counter() - t0
@@ -181,10 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def retokenize(store: Store) -> None:
+def retokenize(store: Store, numbers: bool = True, bigrams: bool = False) -> None:
     """The chunks' search_text as raw ingest would write it today (index_text, tokenize)."""
     rows = store.read(lambda c: c.execute("SELECT id, text, speaker, created_at FROM memories WHERE kind = 'chunk'").fetchall())
-    fresh = [(search_text(index_text(t, sp, at)), i) for i, t, sp, at in rows]
+    fresh = [(search_text(index_text(t, sp, at), numbers=numbers, bigrams=bigrams), i) for i, t, sp, at in rows]
     store.write(lambda c: c.executemany("UPDATE memories SET search_text = ? WHERE id = ?", fresh))
 
 

@@ -262,30 +262,67 @@ def _dates_in_words(text: str) -> str:
     return _ZH_DATE.sub(lambda m: f" {_MONTHS[int(m.group(1)) - 1]} {int(m.group(2)) if m.group(2) else ''} ", text)
 
 
-def tokenize(text: str) -> list[str]:
+def cjk_bigrams(run: str) -> list[str]:
+    """The overlapping character pairs of a CJK run (阿里巴巴 -> 阿里 里巴 巴巴)."""
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def tokenize(text: str, *, numbers: bool = True, bigrams: bool = False) -> list[str]:
     """Search tokens: lowercased words, numbers in Arabic digits and Chinese dates as English
-    month words; CJK runs segmented by jieba's cut_for_search."""
+    month words; CJK runs segmented by jieba's cut_for_search. `numbers=False` keeps numerals
+    and dates as written (the bench's ablation of the normalisation); `bigrams` adds each CJK
+    run's character pairs that jieba did not already give (a name jieba cuts differently in
+    the question and in the memory still shares its pairs)."""
     out: list[str] = []
     pos = 0
-    lowered = _dates_in_words(normalize_numbers(unicodedata.normalize("NFKC", text).lower()))
+    lowered = unicodedata.normalize("NFKC", text).lower()
+    if numbers:
+        lowered = _dates_in_words(normalize_numbers(lowered))
     for m in _CJK_RUN.finditer(lowered):
         out.extend(_WORD.findall(lowered[pos : m.start()]))
-        out.extend(t for t in _jieba.get().cut_for_search(m.group()) if t.strip())
+        words = [t for t in _jieba.get().cut_for_search(m.group()) if t.strip()]
+        out.extend(words)
+        if bigrams:
+            out.extend(b for b in cjk_bigrams(m.group()) if b not in words)
         pos = m.end()
     out.extend(_WORD.findall(lowered[pos:]))
     return [t.replace("’", "'") for t in out]
 
 
-def search_text(text: str) -> str:
+def search_text(text: str, *, numbers: bool = True, bigrams: bool = False) -> str:
     """The space-joined tokens the FTS index sees (it splits on whitespace only)."""
-    return " ".join(tokenize(text))
+    return " ".join(tokenize(text, numbers=numbers, bigrams=bigrams))
 
 
-def query_terms(text: str) -> list[str]:
-    """Query tokens without stopwords, deduplicated in order; all tokens if every one is a stopword."""
-    toks = tokenize(text)
-    kept = [t for t in toks if t not in QUERY_STOPWORDS and not (len(t) == 1 and t.isascii())]
+def query_terms(text: str, *, question_words: bool = True, numbers: bool = True, bigrams: bool = False) -> list[str]:
+    """Query tokens without stopwords, deduplicated in order; all tokens if every one is a stopword.
+    `question_words=False` keeps the Chinese question words (the bench's ablation); `bigrams`
+    adds the character pairs of the CJK spans left between stopwords and question words (a
+    pair across a question word would bring the asking back)."""
+    toks = tokenize(text, numbers=numbers)
+    stop = QUERY_STOPWORDS if question_words else STOPWORDS
+    kept = [t for t in toks if t not in stop and not (len(t) == 1 and t.isascii())]
+    if bigrams:
+        kept += [b for span in _content_spans(text, stop, numbers) for b in cjk_bigrams(span)]
     return list(dict.fromkeys(kept or toks))
+
+
+def _content_spans(text: str, stop: frozenset[str], numbers: bool) -> list[str]:
+    """The CJK stretches of a query between its stopwords, as jieba's precise mode cuts them."""
+    lowered = unicodedata.normalize("NFKC", text).lower()
+    if numbers:
+        lowered = _dates_in_words(normalize_numbers(lowered))
+    spans: list[str] = []
+    for m in _CJK_RUN.finditer(lowered):
+        cur = ""
+        for w in _jieba.get().lcut(m.group()):
+            if w in stop:
+                spans.append(cur)
+                cur = ""
+            else:
+                cur += w
+        spans.append(cur)
+    return [x for x in spans if len(x) >= 2]
 
 
 def estimate_tokens(text: str) -> int:

@@ -55,11 +55,22 @@ def _month(d: datetime, back: int = 0) -> datetime:
     return datetime(y, m0 + 1, 1)
 
 
+# 最近 is "recently" (我最近买了, 最近的一次) unless it is "nearest": after 离/距 in the same clause
+# (离酒店最近的超市) or before 的 and a place (最近的地铁站, 那边最近的出口). Those are removed
+# before the time words are read.
+_NEAREST = (re.compile(r"([离距](?!开)[^，。？！,.?!]*?)最近"),
+            re.compile(r"最近(?=的[^，。？！,.?!\s]{0,6}?(?:站|店|馆|超市|医院|公园|口|场|院|铺|楼|路|街|地方|酒店|餐厅|景点))"))
+
+
+def _without_nearest(query: str) -> str:
+    return _NEAREST[1].sub("", _NEAREST[0].sub(r"\1", query))
+
+
 def time_span(query: str, now: datetime) -> TimeSpan | None:
     """The span of "yesterday", "last week", "3 days ago", "去年", "上周", "两个月前"... (None
     when the query has none). Calendar words take calendar spans (上周 = Monday to Monday of
     the week before `now`'s); "N units ago" takes a span of one unit around that point."""
-    q = query.lower()
+    q = _without_nearest(query.lower())
     day, week, month = _day(now), _week(now), _month(now)
     fixed: list[tuple[str, TimeSpan]] = [
         (r"\bday before yesterday\b|前天", TimeSpan(day - timedelta(days=2), day - timedelta(days=1))),

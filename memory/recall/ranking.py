@@ -117,19 +117,26 @@ def speaker_boost(scores: Mapping[str, float], speakers: Mapping[str, str | None
     return out
 
 
-def expand_to_neighbours(scores: Mapping[str, float], neighbours: Mapping[str, Sequence[str]], top: int = 5,
-                         weight: float = 0.6) -> dict[str, float]:
+def expand_to_neighbours(scores: Mapping[str, float], neighbours: Mapping[str, Sequence[tuple[str, int]]], top: int = 5,
+                         weight: float = 0.6, decay: float = 1.0, add: bool = False) -> dict[str, float]:
     """Second step from the first results: each of the `top` best memories lends
-    weight * its score to the memories said next to it in its session:
-        score(n) = max(score(n), weight * max_{d in top, n next to d} score(d)).
+    lend(n) = weight * decay ** (distance - 1) * score(d) to the memories said `distance` turns
+    before or after it in its session, and a neighbour keeps the best it is lent:
+        max mode: score(n) = max(score(n), max_d lend_d(n))
+        add mode: score(n) = score(n) + max_d lend_d(n)
+    (add: a neighbour that is relevant itself beats one that is only near a good hit).
 
     The answer to "what did I ask for when you recommended X?" sits in the turn before the one
     naming X; "what is its phone number?" is answered by the turn after the question naming it.
     """
-    out = dict(scores)
+    lent: dict[str, float] = {}
     for doc in sorted(scores, key=lambda d: -scores[d])[:top]:
-        for n in neighbours.get(doc, ()):
-            out[n] = max(out.get(n, 0.0), weight * scores[doc])
+        for n, dist in neighbours.get(doc, ()):
+            value = weight * decay ** max(dist - 1, 0) * scores[doc]
+            lent[n] = max(lent.get(n, 0.0), value)
+    out = dict(scores)
+    for n, value in lent.items():
+        out[n] = out.get(n, 0.0) + value if add else max(out.get(n, 0.0), value)
     return out
 
 

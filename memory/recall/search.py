@@ -55,13 +55,22 @@ class RecallSettings:
     # what the memories are about (their words outside the query) instead of their vectors.
     many_factor: int = 2
     many_mmr_lambda: float = 0.7
+    # ...and the second step starts from this many best hits (a list's items each have neighbours).
+    many_expand_top: int = 5
     # Second step from the first results: the `expand_top` best lend `expand_weight` x their
     # score to the `expand_window` chunks said before and after them in their session.
     expand_top: int = 5
     expand_weight: float = 0.6
     expand_window: int = 1
+    expand_decay: float = 1.0       # x this per turn further away than the next one
+    expand_add: bool = False        # add the lent score to a neighbour's own (else keep the larger)
     # Memories inside the span a query's time words point at ("last week", 上周, 去年): x (1 + boost).
     time_boost: float = 0.3
+    # Ablation switches (the bench's `--set`): Chinese question words out of the keyword query,
+    # and numbers/dates in both scripts normalised (the index side follows `--retokenize`).
+    question_words: bool = True
+    normalise_numbers: bool = True
+    cjk_bigrams: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +142,7 @@ class Recaller:
         many = wants_many(query)
         if many:
             n *= max(1, s.many_factor)
-        terms = query_terms(query)
+        terms = query_terms(query, question_words=s.question_words, numbers=s.normalise_numbers, bigrams=s.cjk_bigrams)
         hits = self.store.read(lambda con: self._search(con, qvec, terms, query, list(space_ids), n, limit, kinds,
                                                         utc_naive(now or self._clock()), many))
         self.last_timing = RecallTiming((t1 - t0) * 1000, (time.perf_counter() - t1) * 1000)
@@ -194,14 +203,15 @@ class Recaller:
                 score *= 1.0 + s.time_boost
             scores[doc] = score
         if s.expand_weight > 0 and s.expand_top > 0 and (not kinds or "chunk" in kinds):
-            best = sorted(scores, key=lambda d: -scores[d])[: s.expand_top]
+            top = max(s.expand_top, s.many_expand_top) if many else s.expand_top
+            best = sorted(scores, key=lambda d: -scores[d])[:top]
             near = _neighbours(con, [d for d in best if by_id[d][1] == "chunk"], spaces, s.expand_window)
-            new = [d for ds in near.values() for d in ds if d not in by_id]
+            new = [d for ds in near.values() for d, _ in ds if d not in by_id]
             if new:
                 by_id |= {r[0]: r for r in con.execute(
                     _ROW_SQL.format(ids=sql_strings(new), spaces=sql_strings(spaces))).fetchall()}
-            near = {d: [x for x in ds if x in by_id] for d, ds in near.items()}
-            scores = ranking.expand_to_neighbours(scores, near, s.expand_top, s.expand_weight)
+            near = {d: [(x, dist) for x, dist in ds if x in by_id] for d, ds in near.items()}
+            scores = ranking.expand_to_neighbours(scores, near, top, s.expand_weight, s.expand_decay, s.expand_add)
         if many and s.many_mmr_lambda < 1:
             words = dict(con.execute(f"SELECT id, search_text FROM memories WHERE id IN ({sql_strings(list(scores))})").fetchall())
             order = ranking.content_mmr(scores, {d: frozenset(t.split()) for d, t in words.items()}, limit,
@@ -247,14 +257,15 @@ near AS (
     FROM memories m JOIN h ON m.session_id = h.session_id AND m.id <> h.id
     WHERE m.space_id IN ({spaces}) AND m.status = 'active' AND m.kind = 'chunk'
 )
-SELECT hid, list(nid ORDER BY rn) FROM near WHERE rn <= {window} GROUP BY hid
+SELECT hid, list(nid ORDER BY rn), list(rn ORDER BY rn) FROM near WHERE rn <= {window} GROUP BY hid
 """
 
 
-def _neighbours(con: Conn, ids: Sequence[str], spaces: Sequence[str], window: int) -> dict[str, list[str]]:
+def _neighbours(con: Conn, ids: Sequence[str], spaces: Sequence[str], window: int) -> dict[str, list[tuple[str, int]]]:
+    """Each hit's session neighbours within `window` turns on each side, as (id, distance)."""
     from memory.store.keywords import sql_strings
 
     if not ids or window <= 0:
         return {}
-    return {h: list(ns) for h, ns in con.execute(_NEIGHBOUR_SQL.format(
+    return {h: list(zip(ns, dists)) for h, ns, dists in con.execute(_NEIGHBOUR_SQL.format(
         ids=sql_strings(ids), spaces=sql_strings(spaces), window=int(window))).fetchall()}

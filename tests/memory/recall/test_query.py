@@ -83,6 +83,15 @@ def test_time_words_point_at_spans_relative_to_the_questions_date():
     assert time_span("我的猫叫什么名字？", NOW) is None
 
 
+def test_nearest_is_not_recently():
+    """最近 before 的 or after 离/距 is "nearest" (最近的地铁站), not "recently": no time span, so
+    no boost for the last two weeks (it moved "which metro station is nearest?" answers)."""
+    for q in ("我那次坐地铁去钓鱼台国宾馆，你说那边最近的地铁站是哪个？", "离酒店最近的超市在哪？", "距离我家最近的公园"):
+        assert time_span(q, NOW) is None, q
+    for q in ("我最近买了什么？", "最近我去了哪些地方", "你最近推荐的餐馆", "离开北京以后我最近去了哪", "what did I do recently?"):
+        assert time_span(q, NOW) is not None, q
+
+
 def say(store, embedder, space, session, lines, start):
     msgs = []
     prev = None
