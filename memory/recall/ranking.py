@@ -43,7 +43,8 @@ def convex_fusion(vector: Sequence[tuple[str, float]], keyword: Sequence[tuple[s
     """
     top_kw = max((s for _, s in keyword), default=0.0)
     v, k = min_max(vector, vector_span), min_max(keyword, keyword_span * top_kw)
-    return {d: (1 - keyword_weight) * v.get(d, 0.0) + keyword_weight * k.get(d, 0.0) for d in v.keys() | k.keys()}
+    # Sorted: a set's order changes with the hash seed, and ties would rank differently per process.
+    return {d: (1 - keyword_weight) * v.get(d, 0.0) + keyword_weight * k.get(d, 0.0) for d in sorted(v.keys() | k.keys())}
 
 
 def time_decay(age_days: float, half_life_days: float = 14.0, floor: float = 0.3) -> float:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from memory.ingest.raw import RawMessage, store_raw
 from memory.recall import ranking
 from memory.recall.query import time_span, wants_many
-from memory.recall.search import Recaller, RecallSettings
+from memory.recall.search import Recaller, RecallSettings, _neighbours
 from memory.store.keywords import keyword_candidates, rebuild_index
 from memory.text import STOPWORDS, ZH_QUESTION_WORDS, normalize_numbers, query_terms, tokenize
 
@@ -157,3 +157,35 @@ def test_a_list_query_returns_every_matching_item(store, embedder):
     rebuild_index(store)
     hits = Recaller(store, embedder).search("我在上海都参加过哪些活动？", ["u"], limit=5, now=NOW)
     assert set(ids[:5]) == {h.id for h in hits}
+
+
+def test_neighbours_lend_less_the_further_they_are():
+    """lend = weight * decay ** (distance - 1) * score: the turn right after a hit gets more
+    than the one two turns away, and a neighbour keeps its own score when that is higher."""
+    scores = {"hit": 1.0, "own": 0.9}
+    near = {"hit": [("next", 1), ("prev", 1), ("two", 2), ("own", 1)]}
+    out = ranking.expand_to_neighbours(scores, near, top=1, weight=0.6, decay=0.5)
+    assert out["next"] == out["prev"] == 0.6 and out["two"] == 0.3 and out["own"] == 0.9
+    added = ranking.expand_to_neighbours(scores, near, top=1, weight=0.6, decay=0.5, add=True)
+    assert added["own"] == 0.9 + 0.6 and added["two"] == 0.3
+    # Only the `top` best lend: "own" is second, so its neighbours get nothing.
+    assert ranking.expand_to_neighbours(scores, {"own": [("x", 1)]}, top=1) == scores
+
+
+def test_the_second_step_reaches_the_answer_two_turns_after_the_entity(store, embedder):
+    """"How much is a meal at X?": the assistant names X, the user asks "how much per head
+    here?", and the answer ("22 yuan") names neither X nor the question's words. It is two
+    turns after the hit: the window of 2 lends it weight * decay, the window of 1 nothing."""
+    start = NOW - timedelta(days=30)
+    ids = say(store, embedder, "u", "s1", [("用户", "我想吃小炸糕，帮我推荐一家餐馆。"), ("助手", "吃小炸糕推荐去火盆锅豆腐宴这家。"),
+                                           ("用户", "这家店的人均消费是多少？"), ("助手", "在22元左右。"), ("用户", "好的谢谢。")], start)
+    other = say(store, embedder, "u", "s2", [("用户", "火盆锅豆腐宴好吃吗？")], start + timedelta(seconds=75))
+    near = store.read(lambda c: _neighbours(c, [ids[1]], ["u"], 2))
+    assert sorted(near[ids[1]]) == sorted([(ids[0], 1), (ids[2], 1), (ids[3], 2)])  # never the other session's
+    assert other[0] not in {d for d, _ in near[ids[1]]}
+    assert store.read(lambda c: _neighbours(c, [ids[1]], ["u"], 1))[ids[1]] in ([(ids[0], 1), (ids[2], 1)], [(ids[2], 1), (ids[0], 1)])
+    rebuild_index(store)
+    hits = Recaller(store, embedder, RecallSettings(expand_window=2, expand_decay=0.9, expand_top=2)).search(
+        "火盆锅豆腐宴吃一顿一个人得多少钱？", ["u"], limit=5, now=NOW)
+    by_id = {h.id: h.score for h in hits}
+    assert hits[0].id in (ids[1], other[0]) and ids[3] in by_id
