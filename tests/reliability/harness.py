@@ -29,6 +29,7 @@ SCENARIO_MODULES = (
     "tests.reliability.test_llm_faults",
     "tests.reliability.test_full_disk",
     "tests.reliability.test_delivery",
+    "tests.reliability.test_recall_isolation",
 )
 
 
