@@ -3,8 +3,8 @@
 Each scenario (tests/reliability/, registered with `@scenario` in a module listed in
 `tests.reliability.harness.SCENARIO_MODULES`) drives the real bot — real `memgate` processes
 killed with SIGKILL, real channel clients against the protocol fakes, real DuckDB — and counts
-messages in, answered, stored, lost, leaked and answered twice. Exits 1 if any row lost or
-leaked anything (or a scenario crashed), so CI can run it.
+messages in, answered, stored, lost, leaked and answered twice. Exits 1 if any row lost,
+leaked or answered twice anything (or a scenario crashed), so CI can run it.
 
     python bench/reliability.py            # every scenario
     python bench/reliability.py telegram   # the scenarios whose name contains "telegram"
@@ -62,9 +62,10 @@ async def run(selected: list[str]) -> int:
         print(f"[{i}/{len(names)}] {name}: in {counts.messages_in}, lost {counts.lost}, leaked {counts.leaked} "
               f"({seconds:.1f} s){'  ' + counts.note if counts.note else ''}", file=sys.stderr, flush=True)
     print(table(rows))
-    bad = [c for c, _ in rows if c.lost or c.leaked]
+    bad = [c for c, _ in rows if c.lost or c.leaked or c.answered_twice]
     for c in bad:
-        print(f"NOT SAFE: {c.scenario}: lost {c.lost}, leaked {c.leaked}", file=sys.stderr)
+        print(f"NOT SAFE: {c.scenario}: lost {c.lost}, leaked {c.leaked}, answered twice {c.answered_twice}",
+              file=sys.stderr)
     return 1 if bad or failed else 0
 
 

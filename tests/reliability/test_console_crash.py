@@ -136,6 +136,10 @@ async def console_kill_during_ingest(tmp: Path) -> Counts:
             await proc.stdin.drain()
             await until(lambda: all(n == 1 for n in out.answers().values())
                         and any(not is_reply_request(r) for r in llm.requests), "every reply out, ingest in flight", proc=proc)
+            # A reply printed is recorded as sent a moment later; a kill inside that moment is the
+            # send -> record window ("SIGKILL after a reply" probes it). This scenario is about
+            # ingest, whose calls hang for an hour: let the last record land first.
+            await asyncio.sleep(2.0)
         finally:
             await kill(proc)
             await out.close()
