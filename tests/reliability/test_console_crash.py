@@ -45,6 +45,16 @@ class Transcript:
         await asyncio.gather(self._task, return_exceptions=True)
 
 
+async def chat_saying(env: dict[str, str], lines: tuple[str, ...]) -> tuple[asyncio.subprocess.Process, Transcript]:
+    """`memgate chat` started with `lines` typed at once, and the transcript of what it answers."""
+    proc = await start(env, "chat", "--user", "alice")
+    out = Transcript(proc)
+    assert proc.stdin is not None
+    proc.stdin.write("".join(m + "\n" for m in lines).encode())
+    await proc.stdin.drain()
+    return proc, out
+
+
 async def console_kill(tmp: Path, when: str) -> Counts:
     name = f"console: SIGKILL {when} a reply"
     async with FakeLLM() as llm:
@@ -56,12 +66,8 @@ async def console_kill(tmp: Path, when: str) -> Counts:
 
         llm.responder = first_run
         env = memgate_env(tmp, llm.base_url)
-        proc = await start(env, "chat", "--user", "alice")
-        out = Transcript(proc)
-        assert proc.stdin is not None
+        proc, out = await chat_saying(env, MESSAGES)
         try:
-            proc.stdin.write("".join(m + "\n" for m in MESSAGES).encode())
-            await proc.stdin.drain()
             if when == "during":
                 await until(lambda: any(is_reply_request(r) for r in llm.requests), "a reply being generated", proc=proc)
             else:
@@ -128,12 +134,8 @@ async def console_kill_during_ingest(tmp: Path) -> Counts:
     async with FakeLLM() as llm:
         llm.responder = lambda req: brain.respond(req) if is_reply_request(req) else Delay(HANG, brain.respond(req))
         env = memgate_env(tmp, llm.base_url)
-        proc = await start(env, "chat", "--user", "alice")
-        out = Transcript(proc)
-        assert proc.stdin is not None
+        proc, out = await chat_saying(env, MESSAGES)
         try:
-            proc.stdin.write("".join(m + "\n" for m in MESSAGES).encode())
-            await proc.stdin.drain()
             await until(lambda: all(n == 1 for n in out.answers().values())
                         and any(not is_reply_request(r) for r in llm.requests), "every reply out, ingest in flight", proc=proc)
             # A reply printed is recorded as sent a moment later; a kill inside that moment is the
