@@ -119,13 +119,14 @@ def speaker_boost(scores: Mapping[str, float], speakers: Mapping[str, str | None
 
 
 def expand_to_neighbours(scores: Mapping[str, float], neighbours: Mapping[str, Sequence[tuple[str, int]]], top: int = 5,
-                         weight: float = 0.6, decay: float = 1.0, add: bool = False) -> dict[str, float]:
+                         weight: float = 0.6, decay: float = 1.0, add: float = 0.0) -> dict[str, float]:
     """Second step from the first results: each of the `top` best memories lends
     lend(n) = weight * decay ** (distance - 1) * score(d) to the memories said `distance` turns
-    before or after it in its session, and a neighbour keeps the best it is lent:
-        max mode: score(n) = max(score(n), max_d lend_d(n))
-        add mode: score(n) = score(n) + max_d lend_d(n)
-    (add: a neighbour that is relevant itself beats one that is only near a good hit).
+    before or after it in its session, and a neighbour keeps the best it is lent, plus `add` x
+    the smaller of the two:
+        score(n) = max(score(n), lend(n)) + add * min(score(n), lend(n)),  lend(n) = max_d lend_d(n)
+    add = 0 keeps the larger, add = 1 sums them (a neighbour relevant itself beats one that is
+    only near a good hit).
 
     The answer to "what did I ask for when you recommended X?" sits in the turn before the one
     naming X; "what is its phone number?" is answered by the turn after the question naming it.
@@ -137,7 +138,8 @@ def expand_to_neighbours(scores: Mapping[str, float], neighbours: Mapping[str, S
             lent[n] = max(lent.get(n, 0.0), value)
     out = dict(scores)
     for n, value in lent.items():
-        out[n] = out.get(n, 0.0) + value if add else max(out.get(n, 0.0), value)
+        own = out.get(n, 0.0)
+        out[n] = max(own, value) + add * min(own, value)
     return out
 
 

@@ -166,8 +166,11 @@ def test_neighbours_lend_less_the_further_they_are():
     near = {"hit": [("next", 1), ("prev", 1), ("two", 2), ("own", 1)]}
     out = ranking.expand_to_neighbours(scores, near, top=1, weight=0.6, decay=0.5)
     assert out["next"] == out["prev"] == 0.6 and out["two"] == 0.3 and out["own"] == 0.9
-    added = ranking.expand_to_neighbours(scores, near, top=1, weight=0.6, decay=0.5, add=True)
+    added = ranking.expand_to_neighbours(scores, near, top=1, weight=0.6, decay=0.5, add=1.0)
     assert added["own"] == 0.9 + 0.6 and added["two"] == 0.3
+    # A share of the smaller one: a neighbour relevant itself passes one that is only lent to.
+    half = ranking.expand_to_neighbours(scores, near, top=1, weight=0.6, decay=0.5, add=0.5)
+    assert half["own"] == 0.9 + 0.5 * 0.6 and half["next"] == 0.6 and half["hit"] == 1.0
     # Only the `top` best lend: "own" is second, so its neighbours get nothing.
     assert ranking.expand_to_neighbours(scores, {"own": [("x", 1)]}, top=1) == scores
 
