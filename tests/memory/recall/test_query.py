@@ -192,3 +192,20 @@ def test_the_second_step_reaches_the_answer_two_turns_after_the_entity(store, em
         "火盆锅豆腐宴吃一顿一个人得多少钱？", ["u"], limit=5, now=NOW)
     by_id = {h.id: h.score for h in hits}
     assert hits[0].id in (ids[1], other[0]) and ids[3] in by_id
+
+
+@settings(max_examples=200, deadline=None)
+@given(NUMERALS)
+def test_the_index_side_normalisation_is_idempotent(text):
+    """Tokenising text whose numerals are already Arabic gives the same tokens: a memory
+    retokenised (bench --retokenize, a rebuild) keeps its terms."""
+    assert tokenize(normalize_numbers(text)) == tokenize(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(PARTICLES), st.sampled_from(CONTENT)), max_size=6), st.sampled_from(CONTENT))
+def test_bigrams_only_add_terms_and_never_a_question_word(pieces, word):
+    query = "".join([*pieces, word])  # glued: a pair across a particle must not appear either
+    plain, more = query_terms(query), query_terms(query, bigrams=True)
+    assert set(plain) <= set(more)
+    assert not set(more) & ZH_QUESTION_WORDS
