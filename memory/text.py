@@ -303,7 +303,8 @@ def query_terms(text: str, *, question_words: bool = True, numbers: bool = True,
     stop = QUERY_STOPWORDS if question_words else STOPWORDS
     kept = [t for t in toks if t not in stop and not (len(t) == 1 and t.isascii())]
     if bigrams:
-        kept += [b for span in _content_spans(text, stop, numbers) for b in cjk_bigrams(span)]
+        # A pair can spell a question word inside a word jieba did not split (一下一下): dropped too.
+        kept += [b for span in _content_spans(text, stop, numbers) for b in cjk_bigrams(span) if b not in stop]
     return list(dict.fromkeys(kept or toks))
 
 
