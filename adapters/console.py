@@ -62,6 +62,10 @@ class ConsoleAdapter:
         self._run = uuid.uuid4().hex[:8]
         self._write_lock = asyncio.Lock()
 
+    def is_up(self) -> bool:
+        """Receiving: the reader still reads (Ctrl-D or a closed stdin ends it)."""
+        return self._task is not None and not self._task.done()
+
     async def start(self, inbound: InboundHandler) -> None:
         self._inbound = inbound
         self._task = asyncio.create_task(self._read_loop(), name="console-reader")

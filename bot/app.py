@@ -223,7 +223,7 @@ def _wire_api(app: App, embedder: Embedder) -> None:
     scheduler = app.extras.get("scheduler")
     host = ApiHost(access=app.access, pairing=app.pairing, tell=app.gateway.tell, skills=SkillLibrary(app.store, embedder, app.settings.data_path, clock=app.clock),
                    public_space=app.access.PUBLIC_SPACE,
-                   channels=lambda: {name: True for name in app.gateway.channels},
+                   channels=app.gateway.channel_health,
                    job_statuses=scheduler.status if scheduler is not None else list,
                    flush_usage=app.extras["usage"].aflush)
     web_app = create_app(app.engine, keys, host, metrics, settings=server, clock=app.clock)

@@ -73,3 +73,14 @@ class ShowsCommandMenu(Protocol):
     def set_command_menu(self, commands: Sequence[MenuCommand]) -> None:
         """Remember the menu; the channel registers it with the platform when it starts."""
         ...
+
+
+@runtime_checkable
+class ReportsHealth(Protocol):
+    """A channel that can tell whether it is still receiving (its poll loop alive, its login valid).
+
+    `/healthz` shows it per channel; a channel without it counts as up while the gateway runs.
+    """
+
+    def is_up(self) -> bool:
+        ...

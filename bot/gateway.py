@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from bot.channel import Channel
+from bot.channel import Channel, ReportsHealth
 from bot.access import Access, Allowed, Refused
 from bot.agent import Agent, TurnRequest, TurnResult
 from bot.commands import CommandContext, Commands
@@ -139,6 +139,11 @@ class Gateway:
                 await ch.stop()
             except Exception:
                 log.exception("channel %s did not stop cleanly", ch.name)
+
+    def channel_health(self) -> dict[str, bool]:
+        """Per channel: receiving now? (its own report, else whether the gateway is running)."""
+        return {name: (ch.is_up() if isinstance(ch, ReportsHealth) else True) and self._running and not self._closing
+                for name, ch in self.channels.items()}
 
     async def idle(self) -> None:
         """Wait until every conversation queue is empty and what is due has been sent (tests, benchmarks)."""

@@ -116,6 +116,10 @@ class TelegramAdapter:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
+    def is_up(self) -> bool:
+        """Receiving: the getUpdates loop runs (it ends only on stop or a revoked token)."""
+        return self._poll_task is not None and not self._poll_task.done()
+
     async def start(self, inbound: InboundHandler) -> None:
         """Log in (getMe), then long-poll in the background; returns once polling runs."""
         if self._app is not None:

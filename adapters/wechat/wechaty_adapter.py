@@ -245,6 +245,10 @@ class WechatyAdapter:
         self._idle.set()
         self._redact = _Redact(token)
 
+    def is_up(self) -> bool:
+        """Receiving: the puppet's event stream is open."""
+        return self._listener is not None and not self._listener.done()
+
     async def start(self, inbound: InboundHandler) -> None:
         """Connect to the puppet service, have it start, and listen to its event stream."""
         if self._listener is not None:

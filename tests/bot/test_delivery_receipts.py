@@ -182,3 +182,26 @@ def test_no_secret_shape_is_ever_at_rest_in_the_inbox(shared_inbox, before, secr
     entry = inbox.accept(message(f"{before} {secret} {after}", mid=f"p{next(ids)}"))
     stored = store.read(lambda c: c.execute("SELECT message FROM inbox WHERE seq = ?", [entry.seq]).fetchone()[0])
     assert secret not in stored
+
+
+async def test_channel_health_is_each_channels_own_report_while_running(tmp_path, embedder):
+    """Found: /healthz reported every channel as up, whatever it was doing (a hard-coded True)."""
+    from bot.app import build_app
+    from bot.config import load_settings
+
+    class Reader(RecordingChannel):
+        up = True
+
+        def is_up(self) -> bool:
+            return self.up
+
+    (tmp_path / "none.toml").write_text("")
+    env = {"MEMGATE_DATA_DIR": str(tmp_path / "data"), "MEMGATE_CONFIG": str(tmp_path / "none.toml")}
+    reader, plain = Reader("telegram"), RecordingChannel("console")
+    app = build_app(load_settings(None, env=env), channels=[reader, plain], embedder=embedder)
+    assert app.gateway.channel_health() == {"telegram": False, "console": False}  # not started
+    async with app:
+        assert app.gateway.channel_health() == {"telegram": True, "console": True}
+        reader.up = False  # its poll loop died, its login expired...
+        assert app.gateway.channel_health() == {"telegram": False, "console": True}
+    assert app.gateway.channel_health() == {"telegram": False, "console": False}

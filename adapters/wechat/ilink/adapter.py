@@ -128,6 +128,10 @@ class WechatIlinkAdapter:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
+    def is_up(self) -> bool:
+        """Receiving: the poll loop runs and the login is valid (a -14 ends both)."""
+        return self._poll_task is not None and not self._poll_task.done() and not self.session_expired
+
     async def start(self, inbound: InboundHandler) -> None:
         """Load the stored login and start long polling; ChannelError if there is no login."""
         if self._poll_task is not None or self._http is not None:

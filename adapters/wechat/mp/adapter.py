@@ -194,6 +194,10 @@ class WechatMpAdapter:
         """The callback URL this server answers on."""
         return f"http://{self._host}:{self._port}{self._path}"
 
+    def is_up(self) -> bool:
+        """Receiving: the callback server listens."""
+        return self._runner is not None
+
     async def start(self, inbound: InboundHandler) -> None:
         """Start the callback server and the API session; returns once listening."""
         if self._runner is not None or self._session is not None:

@@ -601,8 +601,10 @@ async def test_session_expiry_stops_polling_and_a_new_login_resumes_it(fake: Fak
     try:
         fake.inject_text(ALICE, "before")
         await inbox.wait(1)
+        assert adapter.is_up()  # /healthz shows the channel receiving
         fake.expire_session()
         await fake.wait_for(lambda: len(told) == 1, what="on_trouble")
+        assert not adapter.is_up()  # ...and no longer once the login is gone
         polls = fake.getupdates_calls
         # A window in which a retry loop would poll dozens of times (checks every 0.05 s).
         await asyncio.sleep(0.6)
@@ -614,8 +616,10 @@ async def test_session_expiry_stops_polling_and_a_new_login_resumes_it(fake: Fak
         await login(fake.base_url, data_dir, out=lambda _: None, poll_interval=0.01, timeout=10)
         fake.inject_text(ALICE, "after")
         await inbox.wait(3)
+        assert adapter.is_up()
     finally:
         await adapter.stop()
+    assert not adapter.is_up()
     assert inbox.texts == ["before", "during the outage", "after"]
     assert len(told) == 1
     assert not adapter.session_expired
