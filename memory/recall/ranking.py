@@ -118,6 +118,31 @@ def speaker_boost(scores: Mapping[str, float], speakers: Mapping[str, str | None
     return out
 
 
+def session_neighbours(hits: Sequence[str], rows: Sequence[tuple[str, str, datetime]],
+                       window: int) -> dict[str, list[tuple[str, int]]]:
+    """The `window` chunks said just before and just after each hit in its session, as
+    (id, distance), nearest first on each side; `rows` are (id, session, created_at) of every
+    chunk of the hits' sessions. A chunk said at the same moment as the hit counts as after it;
+    equal times are ordered by id."""
+    by_session: dict[str, list[tuple[datetime, str]]] = {}
+    where: dict[str, tuple[str, datetime]] = {}
+    for doc, session, at in rows:
+        by_session.setdefault(session, []).append((at, doc))
+        where[doc] = (session, at)
+    out: dict[str, list[tuple[str, int]]] = {}
+    for hit in hits:
+        if hit not in where or window <= 0:
+            continue
+        session, at = where[hit]
+        others = [(t, d) for t, d in by_session[session] if d != hit]
+        before = sorted((x for x in others if x[0] < at), key=lambda x: (at - x[0], x[1]))[:window]
+        after = sorted((x for x in others if x[0] >= at), key=lambda x: (x[0] - at, x[1]))[:window]
+        near = [(d, i) for i, (_, d) in enumerate(before, 1)] + [(d, i) for i, (_, d) in enumerate(after, 1)]
+        if near:
+            out[hit] = sorted(near, key=lambda x: x[1])
+    return out
+
+
 def expand_to_neighbours(scores: Mapping[str, float], neighbours: Mapping[str, Sequence[tuple[str, int]]], top: int = 5,
                          weight: float = 0.6, decay: float = 1.0, add: float = 0.0) -> dict[str, float]:
     """Second step from the first results: each of the `top` best memories lends

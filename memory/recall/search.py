@@ -19,7 +19,7 @@ import numpy as np
 from memory.recall import ranking
 from memory.recall.query import time_span, wants_many
 from memory.embed import Embedder
-from memory.store.keywords import keyword_candidates
+from memory.store.keywords import keyword_search
 from memory.store.rows import utc_naive
 from memory.store.connection import Conn, Store
 from memory.text import STOPWORDS, query_terms
@@ -106,18 +106,28 @@ class RecallTiming:
     search_ms: float
 
 
+# The columns of a candidate row, in the order `_search` reads them (r[0] .. r[10]).
+_ROW_COLUMNS = "id, kind, space_id, title, text, created_at, pinned, role, speaker, category, session_id"
+
 # Filled with constant IN lists (see fts.sql_strings). Alone, `id IN (...)` is pushed into the
 # scan and reads only the matching rows (~2 ms for 100 ids in 130k rows); combined with the
 # space filter DuckDB turns it into a join that reads every row (~30 ms). So the ids are looked
 # up first (MATERIALIZED keeps the optimizer from merging the filters), then filtered by space
 # and status. The sources of facts and tasks are looked up afterwards, for the hits only.
-_ROW_SQL = """
+_ROW_SQL = f"""
 WITH byid AS MATERIALIZED (
-    SELECT id, kind, space_id, title, text, created_at, pinned, role, speaker, category, status
-    FROM memories WHERE id IN ({ids})
+    SELECT {_ROW_COLUMNS}, status FROM memories WHERE id IN ({{ids}})
 )
-SELECT id, kind, space_id, title, text, created_at, pinned, role, speaker, category
-FROM byid WHERE space_id IN ({spaces}) AND status = 'active'
+SELECT {_ROW_COLUMNS} FROM byid WHERE space_id IN ({{spaces}}) AND status = 'active'
+"""
+
+# Every chunk of the hits' sessions, by the session index (the same two steps as _ROW_SQL: the
+# constant `session_id IN` list alone is an index scan; the other filters would make it a scan).
+_SESSION_SQL = f"""
+WITH bysession AS MATERIALIZED (
+    SELECT {_ROW_COLUMNS}, status FROM memories WHERE session_id IN ({{sessions}})
+)
+SELECT {_ROW_COLUMNS} FROM bysession WHERE space_id IN ({{spaces}}) AND status = 'active' AND kind = 'chunk'
 """
 
 
@@ -177,12 +187,14 @@ class Recaller:
         # row fetch below checks them, and `settle` turns them into the exact top n.
         cache = cache_for(self.store)
         proposal = cache.propose(con, qvec, spaces, n, kinds) if qvec is not None else None
-        kw = keyword_candidates(con, terms, spaces, n, kinds)
-        wanted = list(dict.fromkeys([*(d for d, _ in (proposal.ranked if proposal else ())), *(d for d, _ in kw)]))
-        if not wanted:
+        kw, by_id = keyword_search(con, terms, spaces, n, kinds, _ROW_COLUMNS)
+        by_id = {d: r for d, r in by_id.items() if r[2] in spaces}
+        wanted = list(dict.fromkeys(d for d in [*(d for d, _ in (proposal.ranked if proposal else ())), *(d for d, _ in kw)]
+                                    if d not in by_id))
+        if not wanted and not by_id:
             return []
-        rows = con.execute(_ROW_SQL.format(ids=sql_strings(wanted), spaces=sql_strings(spaces))).fetchall()
-        by_id = {r[0]: r for r in rows}
+        if wanted:
+            by_id |= {r[0]: r for r in con.execute(_ROW_SQL.format(ids=sql_strings(wanted), spaces=sql_strings(spaces))).fetchall()}
         vec: list[tuple[str, float]] = []
         vectors: dict = {}
         if proposal is not None:
@@ -214,12 +226,8 @@ class Recaller:
         if s.expand_weight > 0 and s.expand_top > 0 and (not kinds or "chunk" in kinds):
             top = max(s.expand_top, s.many_expand_top) if many else s.expand_top
             best = sorted(scores, key=lambda d: -scores[d])[:top]
-            near = _neighbours(con, [d for d in best if by_id[d][1] == "chunk"], spaces, s.expand_window)
-            new = [d for ds in near.values() for d, _ in ds if d not in by_id]
-            if new:
-                by_id |= {r[0]: r for r in con.execute(
-                    _ROW_SQL.format(ids=sql_strings(new), spaces=sql_strings(spaces))).fetchall()}
-            near = {d: [(x, dist) for x, dist in ds if x in by_id] for d, ds in near.items()}
+            near, rows = _neighbours(con, {d: by_id[d][10] for d in best if by_id[d][1] == "chunk"}, spaces, s.expand_window)
+            by_id |= {r[0]: r for r in rows if r[0] not in by_id}
             scores = ranking.expand_to_neighbours(scores, near, top, s.expand_weight, s.expand_decay,
                                                   s.many_expand_add if many else s.expand_add)
         if many and s.many_mmr_lambda < 1:
@@ -255,27 +263,14 @@ class Recaller:
         ]
 
 
-# The chunks said just before and after each hit in its session, nearest first on each side.
-_NEIGHBOUR_SQL = """
-WITH h AS MATERIALIZED (
-    SELECT id, session_id, created_at FROM memories WHERE id IN ({ids}) AND session_id IS NOT NULL
-),
-near AS (
-    SELECT h.id AS hid, m.id AS nid,
-           row_number() OVER (PARTITION BY h.id, m.created_at < h.created_at
-                              ORDER BY abs(epoch(m.created_at) - epoch(h.created_at)), m.id) AS rn
-    FROM memories m JOIN h ON m.session_id = h.session_id AND m.id <> h.id
-    WHERE m.space_id IN ({spaces}) AND m.status = 'active' AND m.kind = 'chunk'
-)
-SELECT hid, list(nid ORDER BY rn), list(rn ORDER BY rn) FROM near WHERE rn <= {window} GROUP BY hid
-"""
-
-
-def _neighbours(con: Conn, ids: Sequence[str], spaces: Sequence[str], window: int) -> dict[str, list[tuple[str, int]]]:
-    """Each hit's session neighbours within `window` turns on each side, as (id, distance)."""
+def _neighbours(con: Conn, sessions: dict[str, str | None], spaces: Sequence[str],
+                window: int) -> tuple[dict[str, list[tuple[str, int]]], list[tuple]]:
+    """Each hit's session neighbours within `window` turns on each side, as (id, distance),
+    and the rows of every chunk of those sessions. `sessions` maps each hit to its session."""
     from memory.store.keywords import sql_strings
 
-    if not ids or window <= 0:
-        return {}
-    return {h: list(zip(ns, dists)) for h, ns, dists in con.execute(_NEIGHBOUR_SQL.format(
-        ids=sql_strings(ids), spaces=sql_strings(spaces), window=int(window))).fetchall()}
+    wanted = sorted({sid for sid in sessions.values() if sid is not None})
+    if not wanted or window <= 0:
+        return {}, []
+    rows = con.execute(_SESSION_SQL.format(sessions=sql_strings(wanted), spaces=sql_strings(spaces))).fetchall()
+    return ranking.session_neighbours(list(sessions), [(r[0], r[10], r[5]) for r in rows], window), rows

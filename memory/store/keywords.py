@@ -150,11 +150,19 @@ def _stem(con: Conn, terms: Sequence[str]) -> list[str]:
 def keyword_candidates(con: Conn, terms: Sequence[str], space_ids: Sequence[str], limit: int,
                        kinds: Sequence[str] | None = None) -> list[tuple[str, float]]:
     """Top `limit` (id, bm25) among active memories of the allowed spaces."""
+    return keyword_search(con, terms, space_ids, limit, kinds)[0]
+
+
+def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], limit: int,
+                   kinds: Sequence[str] | None = None, columns: str = "id") -> tuple[list[tuple[str, float]], dict[str, tuple]]:
+    """`keyword_candidates`, plus the `columns` (starting with id) of the indexed rows it
+    checked against the table: recall reads its candidates' rows anyway, and each row looked up
+    costs ~35 us, so the check that proves a row live also hands it over."""
     if not terms or not space_ids or limit <= 0:
-        return []
+        return [], {}
     stems = _stem(con, terms)
     if not stems:
-        return []
+        return [], {}
     wm = watermark(con)
     allowed, kinds_ok = set(space_ids), set(kinds) if kinds else None
     # Statistics over the indexed and the fresh rows together.
@@ -175,11 +183,13 @@ def keyword_candidates(con: Conn, terms: Sequence[str], space_ids: Sequence[str]
             score = sum(_bm25(idf[t], counts[t], length, avgdl) for t in stems if t in counts)
             if score:
                 scored.append((doc, score))
+    rows: dict[str, tuple] = {}
     if wm > 0:
-        over = limit * 2 + 20
+        # Rows retired since the build still have postings: a margin of 10, widened when short.
+        over = limit + 10
         while True:
-            proposed = _index_top(con, stems, idf, avgdl, space_ids, kinds, over)
-            live = [(doc, score) for doc, score, status in proposed if status == "active"]
+            proposed = _index_top(con, stems, idf, avgdl, space_ids, kinds, over, columns)
+            live = [(r[0], score) for score, status, r in proposed if status == "active"]
             # Exact when the slice held `limit` live rows (everything outside it scores lower)
             # or was not full (it held every candidate).
             if len(proposed) < over or len(live) >= limit:
@@ -187,8 +197,10 @@ def keyword_candidates(con: Conn, terms: Sequence[str], space_ids: Sequence[str]
             log.debug("keyword slice of %d had %d live rows; widening", over, len(live))
             over *= 4
         scored += live
+        rows = {r[0]: r for _, status, r in proposed if status == "active"}
     scored.sort(key=lambda x: (-round(x[1], 9), x[0]))
-    return scored[:limit]
+    scored = scored[:limit]
+    return scored, {d: rows[d] for d, _ in scored if d in rows}
 
 
 def _bm25(idf: float, tf: int, length: int, avgdl: float) -> float:
@@ -228,10 +240,10 @@ def _fresh_rows(con: Conn, wm: int) -> list[tuple[str, str, str, Counter, int]]:
 
 
 def _index_top(con: Conn, stems: list[str], idf: dict[str, float], avgdl: float, space_ids: Sequence[str],
-               kinds: Sequence[str] | None, over: int) -> list[tuple[str, float, str | None]]:
+               kinds: Sequence[str] | None, over: int, columns: str = "id") -> list[tuple[float, str | None, tuple]]:
     """The index's best `over` rows of the allowed spaces (and every row tied with the last of
-    them), with the current id and status of the row version they were built from (None when
-    it is gone or was rewritten): the snapshot proposes, the table decides."""
+    them) as (score, status, row): the status and `columns` of the row version they were built
+    from (None and () when it is gone or was rewritten): the snapshot proposes, the table decides."""
     weight = "CASE term " + " ".join(f"WHEN {sql_strings([t])} THEN {_double(idf[t])}" for t in stems) + " END"
     kind_filter = f"AND kind IN ({sql_strings(kinds)})" if kinds else ""
     rows = con.execute(f"""
@@ -242,11 +254,16 @@ def _index_top(con: Conn, stems: list[str], idf: dict[str, float], avgdl: float,
             WHERE term IN ({sql_strings(stems)}) AND space_id IN ({sql_strings(space_ids)}) {kind_filter}
             GROUP BY doc
         ),
-        cut AS (SELECT round(score, 9) AS r FROM scored ORDER BY r DESC LIMIT 1 OFFSET {int(over) - 1}),
-        top AS MATERIALIZED (SELECT doc, score FROM scored WHERE round(score, 9) >= coalesce((SELECT r FROM cut), -1e308))
-        SELECT m.id, top.score, m.status FROM top LEFT JOIN memories m ON m.seq = top.doc
+        cut AS (SELECT round(score, 9) AS r FROM scored ORDER BY r DESC LIMIT 1 OFFSET {int(over) - 1})
+        SELECT doc, score FROM scored WHERE round(score, 9) >= coalesce((SELECT r FROM cut), -1e308)
     """).fetchall()
-    return [(r[0], float(r[1]), r[2] if r[0] is not None else None) for r in rows]
+    if not rows:
+        return []
+    # A separate lookup, not a join: a constant `seq IN` list is an index scan (~1 ms), the
+    # join reads every row's seq (~4 ms at 130k rows).
+    current = {r[0]: (r[1], r[2:]) for r in con.execute(
+        f"SELECT seq, status, {columns} FROM memories WHERE seq IN ({', '.join(str(int(d)) for d, _ in rows)})").fetchall()}
+    return [(float(score), *current[d]) if d in current else (float(score), None, ()) for d, score in rows]
 
 
 def drop_postings(con: Conn, seqs: Sequence[int]) -> int:

@@ -134,4 +134,16 @@ MEMORY_MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    # Point lookups recall makes on every query. A constant `session_id IN (...)` list is an
+    # index scan (~1 ms) instead of a scan of every row (~3 ms at 130k rows, ~9 ms as a join);
+    # `seq IN (...)` checks the keyword index's proposals the same way (the postings hold seqs).
+    # Plain indexes, not unique: `seq` is rewritten on every text change.
+    Migration(
+        3,
+        "recall lookup indexes",
+        """
+        CREATE INDEX memories_session ON memories(session_id);
+        CREATE INDEX memories_seq ON memories(seq);
+        """,
+    ),
 )

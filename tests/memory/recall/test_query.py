@@ -183,10 +183,10 @@ def test_the_second_step_reaches_the_answer_two_turns_after_the_entity(store, em
     ids = say(store, embedder, "u", "s1", [("用户", "我想吃小炸糕，帮我推荐一家餐馆。"), ("助手", "吃小炸糕推荐去火盆锅豆腐宴这家。"),
                                            ("用户", "这家店的人均消费是多少？"), ("助手", "在22元左右。"), ("用户", "好的谢谢。")], start)
     other = say(store, embedder, "u", "s2", [("用户", "火盆锅豆腐宴好吃吗？")], start + timedelta(seconds=75))
-    near = store.read(lambda c: _neighbours(c, [ids[1]], ["u"], 2))
+    near = store.read(lambda c: _neighbours(c, {ids[1]: "s1"}, ["u"], 2)[0])
     assert sorted(near[ids[1]]) == sorted([(ids[0], 1), (ids[2], 1), (ids[3], 2)])  # never the other session's
     assert other[0] not in {d for d, _ in near[ids[1]]}
-    assert store.read(lambda c: _neighbours(c, [ids[1]], ["u"], 1))[ids[1]] in ([(ids[0], 1), (ids[2], 1)], [(ids[2], 1), (ids[0], 1)])
+    assert store.read(lambda c: _neighbours(c, {ids[1]: "s1"}, ["u"], 1)[0])[ids[1]] in ([(ids[0], 1), (ids[2], 1)], [(ids[2], 1), (ids[0], 1)])
     rebuild_index(store)
     hits = Recaller(store, embedder, RecallSettings(expand_window=2, expand_decay=0.9, expand_top=2)).search(
         "火盆锅豆腐宴吃一顿一个人得多少钱？", ["u"], limit=5, now=NOW)
