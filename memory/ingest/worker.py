@@ -218,9 +218,10 @@ class IngestWorker:
     def _store_raw(self, qid, space_id, session_id, turn_id, messages, created_at, needs_facts: bool) -> None:
         before = self.store.read(lambda c: _previous_message(c, qid, space_id, session_id))
         raws = _raw_messages(space_id, session_id, turn_id, messages, created_at, before)
+        # Only this turn's hashes: reading every hash of a large space cost a scan per turn.
         hashes = {r[0] for r in self.store.read(lambda c: c.execute(
-            "SELECT content_hash FROM memories WHERE space_id = ? AND kind = 'chunk' AND status = 'active'",
-            [space_id]).fetchall())}
+            "SELECT content_hash FROM memories WHERE space_id = ? AND kind = 'chunk' AND status = 'active' "
+            "AND content_hash IN (SELECT unnest(?))", [space_id, [content_hash(r.text) for r in raws]]).fetchall())}
         raws = [r for r in raws if content_hash(r.text) not in hashes]
         vectors = self.embedder.embed_passages([embed_text(r.text, r.speaker, r.context, r.context_speaker) for r in raws])
 
