@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from memory.store.schema import RECALL_INDEXES, RECALL_INDEXES_SQL
 from memory.store.connection import Conn, Store, vectors_literal
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ def switch(store: Store, model: str, dim: int) -> int:
         if dim != store.dim:
             con.execute("ALTER TABLE memories DROP COLUMN embedding")
             con.execute(f"ALTER TABLE memories ADD COLUMN embedding FLOAT[{dim}]")
+            con.execute(RECALL_INDEXES_SQL)
         n = con.execute(f"SELECT count(*) FROM {SIDE}").fetchone()[0]
         con.execute(f"UPDATE memories SET embedding = s.vec FROM {SIDE} s WHERE memories.id = s.id")
         con.execute(f"DROP TABLE {SIDE}")
@@ -75,7 +77,16 @@ def switch(store: Store, model: str, dim: int) -> int:
         con.execute("DELETE FROM meta WHERE key = 'reembed_target'")
         return n
 
+    def drop_indexes(con: Conn) -> None:
+        # DuckDB refuses to drop a column that an indexed column follows, also when the index
+        # is dropped in the same transaction: the recall indexes go first, and the swap makes
+        # them again (a crash in between leaves them to the swap of the resumed reembed).
+        for name in RECALL_INDEXES:
+            con.execute(f"DROP INDEX IF EXISTS {name}")
+
     with store.schema_change(f"reembed: switch to {model} ({dim}-d)"):
+        if dim != store.dim:
+            store.write(drop_indexes)
         n = store.write(swap)
     store.dim = dim
     return n

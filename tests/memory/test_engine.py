@@ -65,6 +65,10 @@ async def test_reembed_switches_model_and_dimension(store, embedder, clock, tmp_
     store.close()
     reopened = Store(path, 384)
     assert reopened.dim == 64
+    # The recall lookup indexes had to go for the column swap; they are back.
+    names = {r[0] for r in reopened.read(lambda c: c.execute(
+        "SELECT index_name FROM duckdb_indexes() WHERE table_name = 'memories'").fetchall())}
+    assert {"memories_session", "memories_seq"} <= names
     reopened.close()
 
 

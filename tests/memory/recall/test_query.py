@@ -209,3 +209,30 @@ def test_bigrams_only_add_terms_and_never_a_question_word(pieces, word):
     plain, more = query_terms(query), query_terms(query, bigrams=True)
     assert set(plain) <= set(more)
     assert not set(more) & ZH_QUESTION_WORDS
+
+
+_ROWS = st.lists(st.tuples(st.sampled_from(["s1", "s2", "s3"]), st.integers(0, 12)), min_size=1, max_size=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ROWS, st.integers(1, 3), st.data())
+def test_session_neighbours_are_the_nearest_of_the_same_session(rows, window, data):
+    """For every hit: only chunks of its own session, at most `window` on each side, numbered
+    1..k by nearness, and no chunk left out on a side is nearer than one taken."""
+    base = datetime(2026, 1, 1)
+    chunks = [(f"c{i}", session, base + timedelta(minutes=m)) for i, (session, m) in enumerate(rows)]
+    hits = data.draw(st.lists(st.sampled_from([c[0] for c in chunks]), unique=True, min_size=1, max_size=4))
+    where = {c[0]: c for c in chunks}
+    got = ranking.session_neighbours(hits, chunks, window)
+    for hit in hits:
+        _, session, at = where[hit]
+        near = got.get(hit, [])
+        for side in (lambda t: t < at, lambda t: t >= at):
+            taken = [(d, dist) for d, dist in near if side(where[d][2])]
+            assert sorted(dist for _, dist in taken) == list(range(1, len(taken) + 1))
+            assert all(where[d][1] == session and d != hit for d, _ in taken)
+            pool = [c for c in chunks if c[1] == session and c[0] != hit and side(c[2])]
+            assert len(taken) == min(window, len(pool))
+            if taken:
+                worst = max(abs((where[d][2] - at).total_seconds()) for d, _ in taken)
+                assert all(abs((c[2] - at).total_seconds()) >= worst for c in pool if c[0] not in dict(taken))
