@@ -82,7 +82,7 @@ async def main() -> int:
         capture = sorted(r.timings_ms["capture"] for r in results)
         print(f"time outside the LLM per turn: p50 {outside[len(outside) // 2]:.1f} ms "
               f"(recall p50 {recall[len(recall) // 2]:.1f} ms incl. query embedding, capture p50 {capture[len(capture) // 2]:.1f} ms), "
-              f"max {outside[-1]:.1f} ms")
+              f"max {outside[-1]:.1f} ms; first turn after start {results[0].timings_ms['outside_llm']:.1f} ms")
     tmp.cleanup()
     return 0
 

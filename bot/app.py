@@ -92,13 +92,22 @@ class App:
     clock: Callable[[], datetime]
     extras: dict[str, Any] = field(default_factory=dict)
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+    _warming: Any = None
+
+    async def warmed_up(self) -> None:
+        """Return once litellm, jieba and the embedding model are loaded (turns are served
+        before that; the first of them waits for what it needs)."""
+        import asyncio
+
+        if self._warming is not None:
+            await asyncio.wait([self._warming])
 
     async def __aenter__(self) -> App:
         import asyncio
 
         # Heavy libraries load in a thread while the loop already serves (DESIGN section 8).
-        warming = asyncio.create_task(asyncio.to_thread(self._warm_up), name="warm-up")
-        self._stack.push_async_callback(asyncio.wait, [warming])
+        self._warming = asyncio.create_task(asyncio.to_thread(self._warm_up), name="warm-up")
+        self._stack.push_async_callback(asyncio.wait, [self._warming])
         await self.engine.ensure_space(self.access.PUBLIC_SPACE, "public", "shared by everyone let in")
         await self.engine.worker.start()
         self._stack.push_async_callback(self._close_store)
