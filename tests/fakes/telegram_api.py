@@ -575,46 +575,31 @@ class FakeTelegram:
         return _ok(stored)
 
     async def _send_document(self, params: dict[str, Any]) -> web.Response:
-        failure = self._take_scripted_failure(params)
-        if failure is not None:
-            self.rejected.append({"method": "sendDocument", **{k: v for k, v in params.items() if k != "document"}})
-            return failure
-        document = params.get("document")
-        if not isinstance(document, _Upload):
-            return _error(400, "Bad Request: there is no document in the request")
-        fields: dict[str, Any] = {}
-        caption = params.get("caption")
-        if caption:
-            checked = self._check_text(caption, params.get("parse_mode"), CAPTION_LIMIT, "message caption is too long")
-            if isinstance(checked, web.Response):
-                return checked
-            fields["caption"] = checked
-        msg_id_doc = {"file_id": f"doc-{len(self.sent)}", "file_unique_id": f"d{len(self.sent)}", "file_name": document.filename}
-        if document.content_type:
-            msg_id_doc["mime_type"] = document.content_type
-        fields["document"] = msg_id_doc
-        message = self._store_bot_message(params, fields)
-        record = {k: v for k, v in params.items() if k != "document"}
-        record.update(
-            method="sendDocument",
-            filename=document.filename,
-            data=document.data,
-            mime=document.content_type,
-            message_id=message["message_id"],
-        )
-        self.sent.append(record)
-        return _ok(message)
+        def media(upload: _Upload, n: int) -> dict[str, Any]:
+            doc = {"file_id": f"doc-{n}", "file_unique_id": f"d{n}", "file_name": upload.filename}
+            return doc | ({"mime_type": upload.content_type} if upload.content_type else {})
+
+        return await self._send_upload(params, "sendDocument", "document", media)
 
     async def _send_photo(self, params: dict[str, Any]) -> web.Response:
+        def media(upload: _Upload, n: int) -> list[dict[str, Any]]:
+            return [{"file_id": f"photo-{n}", "file_unique_id": f"p{n}", "width": 640, "height": 320}]
+
+        return await self._send_upload(params, "sendPhoto", "photo", media, image=True)
+
+    async def _send_upload(self, params: dict[str, Any], method: str, field: str,
+                           media: Callable[[_Upload, int], Any], *, image: bool = False) -> web.Response:
+        """sendDocument / sendPhoto: the uploaded file under `field`, an optional caption checked
+        like a message; `image` uploads must decode (Telegram reads what it is sent)."""
         failure = self._take_scripted_failure(params)
         if failure is not None:
-            self.rejected.append({"method": "sendPhoto", **{k: v for k, v in params.items() if k != "photo"}})
+            self.rejected.append({"method": method, **{k: v for k, v in params.items() if k != field}})
             return failure
-        photo = params.get("photo")
-        if not isinstance(photo, _Upload):
-            return _error(400, "Bad Request: there is no photo in the request")
-        if not photo.data.startswith(b"\x89PNG\r\n\x1a\n") and not photo.data.startswith(b"\xff\xd8"):
-            return _error(400, "Bad Request: IMAGE_PROCESS_FAILED")  # Telegram decodes what it is sent
+        upload = params.get(field)
+        if not isinstance(upload, _Upload):
+            return _error(400, f"Bad Request: there is no {field} in the request")
+        if image and not upload.data.startswith(b"\x89PNG\r\n\x1a\n") and not upload.data.startswith(b"\xff\xd8"):
+            return _error(400, "Bad Request: IMAGE_PROCESS_FAILED")
         fields: dict[str, Any] = {}
         caption = params.get("caption")
         if caption:
@@ -622,11 +607,10 @@ class FakeTelegram:
             if isinstance(checked, web.Response):
                 return checked
             fields["caption"] = checked
-        n = len(self.sent)
-        fields["photo"] = [{"file_id": f"photo-{n}", "file_unique_id": f"p{n}", "width": 640, "height": 320}]
+        fields[field] = media(upload, len(self.sent))
         message = self._store_bot_message(params, fields)
-        record = {k: v for k, v in params.items() if k != "photo"}
-        record.update(method="sendPhoto", filename=photo.filename, data=photo.data, mime=photo.content_type,
+        record = {k: v for k, v in params.items() if k != field}
+        record.update(method=method, filename=upload.filename, data=upload.data, mime=upload.content_type,
                       message_id=message["message_id"], visible_text=fields.get("caption", ""))
         self.sent.append(record)
         return _ok(message)
