@@ -72,6 +72,11 @@ def make_adapter(data_dir: Path, **kwargs: object) -> WechatIlinkAdapter:
     return WechatIlinkAdapter(data_dir, **options)  # type: ignore[arg-type]
 
 
+async def quick_login(fake: FakeIlink, data_dir: Path, *, out=lambda _: None, timeout: float = 10, **kw: object):
+    """The real login flow against the fake, polling fast."""
+    return await login(fake.base_url, data_dir, out=out, poll_interval=0.01, timeout=timeout, **kw)
+
+
 def reply(user: str, text: str) -> Reply:
     return Reply(channel="wechat", chat_id=user, text=text)
 
@@ -149,7 +154,7 @@ def test_adapter_is_a_channel(data_dir: Path) -> None:
 
 async def test_login_walks_statuses_saves_qr_and_credentials_0600(fake: FakeIlink, data_dir: Path) -> None:
     lines: list[str] = []
-    creds = await login(fake.base_url, data_dir, out=lines.append, poll_interval=0.01, timeout=10)
+    creds = await quick_login(fake, data_dir, out=lines.append)
 
     assert creds.bot_token == fake.token
     assert creds.ilink_bot_id == fake.bot_id
@@ -181,7 +186,7 @@ async def test_login_refreshes_expired_code_follows_redirect_and_asks_for_verify
         return "0000" if len(asked) == 1 else "4321"
 
     async with FakeIlink(qr_statuses=statuses, verify_code="4321") as fake:
-        creds = await login(fake.base_url, data_dir, out=lambda _: None, poll_interval=0.01, timeout=10, ask_code=ask)
+        creds = await quick_login(fake, data_dir, ask_code=ask)
         assert creds.bot_token == fake.token
         assert len(fake.qr_local_tokens) == 2  # a new code after "expired"
         hosts = [host for _, _, host in fake.qr_polls]
@@ -197,7 +202,7 @@ async def test_login_sends_the_previous_token_and_keeps_it_when_already_bound(da
     async with FakeIlink(qr_statuses=["scaned", "binded_redirect"]) as fake:
         fake.write_credentials(data_dir)
         before = credentials_path(data_dir).read_text()
-        creds = await login(fake.base_url, data_dir, out=lambda _: None, poll_interval=0.01, timeout=10)
+        creds = await quick_login(fake, data_dir)
         assert fake.qr_local_tokens == [[fake.token]]
         assert creds.bot_token == fake.token
         assert credentials_path(data_dir).read_text() == before
@@ -206,7 +211,7 @@ async def test_login_sends_the_previous_token_and_keeps_it_when_already_bound(da
 async def test_login_gives_up_after_three_expired_codes(data_dir: Path) -> None:
     async with FakeIlink(qr_statuses=["expired"] * 5) as fake:
         with pytest.raises(ChannelError, match="expired"):
-            await login(fake.base_url, data_dir, out=lambda _: None, poll_interval=0.01, timeout=10)
+            await quick_login(fake, data_dir)
         assert len(fake.qr_local_tokens) == 3
         assert not credentials_path(data_dir).exists()
 
@@ -214,14 +219,14 @@ async def test_login_gives_up_after_three_expired_codes(data_dir: Path) -> None:
 async def test_login_times_out_with_a_clear_error(data_dir: Path) -> None:
     async with FakeIlink(qr_statuses=["wait"] * 10_000) as fake:
         with pytest.raises(ChannelError, match="timed out"):
-            await login(fake.base_url, data_dir, out=lambda _: None, poll_interval=0.01, timeout=0.3)
+            await quick_login(fake, data_dir, timeout=0.3)
 
 
 # -- headers ---------------------------------------------------------------------------------------
 
 
 async def test_every_call_carries_every_header(fake: FakeIlink, data_dir: Path) -> None:
-    await login(fake.base_url, data_dir, out=lambda _: None, poll_interval=0.01, timeout=10)
+    await quick_login(fake, data_dir)
     inbox = Inbox()
     adapter = make_adapter(data_dir)
     await adapter.start(inbox)
@@ -613,7 +618,7 @@ async def test_session_expiry_stops_polling_and_a_new_login_resumes_it(fake: Fak
         assert "memgate wechat login" in told[0]
 
         fake.inject_text(ALICE, "during the outage")
-        await login(fake.base_url, data_dir, out=lambda _: None, poll_interval=0.01, timeout=10)
+        await quick_login(fake, data_dir)
         fake.inject_text(ALICE, "after")
         await inbox.wait(3)
         assert adapter.is_up()
@@ -711,7 +716,7 @@ def test_credentials_file_is_created_private_even_with_a_loose_umask(tmp_path: P
 async def test_no_token_reaches_the_logs(fake: FakeIlink, data_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("DEBUG")
     lines: list[str] = []
-    await login(fake.base_url, data_dir, out=lines.append, poll_interval=0.01, timeout=10)
+    await quick_login(fake, data_dir, out=lines.append)
     inbox = Inbox()
     adapter = make_adapter(data_dir)
     await adapter.start(inbox)
