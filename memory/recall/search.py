@@ -180,6 +180,7 @@ class Recaller:
     def _search(self, con: Conn, qvec, terms, query_text, spaces, n, limit, kinds, now, many=False) -> list[MemoryHit]:
         # Imported here: this method is the only part of the module that uses them.
         from memory.store.keywords import sql_strings
+        from memory.store.postings_cache import postings_for
         from memory.store.vectors import cache_for, fetch_vectors
 
         s = self.settings
@@ -187,7 +188,7 @@ class Recaller:
         # row fetch below checks them, and `settle` turns them into the exact top n.
         cache = cache_for(self.store)
         proposal = cache.propose(con, qvec, spaces, n, kinds) if qvec is not None else None
-        kw, by_id = keyword_search(con, terms, spaces, n, kinds, _ROW_COLUMNS)
+        kw, by_id = keyword_search(con, terms, spaces, n, kinds, _ROW_COLUMNS, postings_for(self.store))
         by_id = {d: r for d, r in by_id.items() if r[2] in spaces}
         wanted = list(dict.fromkeys(d for d in [*(d for d, _ in (proposal.ranked if proposal else ())), *(d for d, _ in kw)]
                                     if d not in by_id))

@@ -33,13 +33,10 @@ from collections import Counter, OrderedDict
 from collections.abc import Sequence
 
 from memory.store.connection import Conn, Store
+from memory.store.postings_cache import DICT, POSTINGS, STATS, WATERMARK_KEY, PostingsCache, bump_generation, index_version
 
 log = logging.getLogger(__name__)
 
-POSTINGS = "fts_postings"
-DICT = "fts_dict"
-STATS = "fts_stats"
-WATERMARK_KEY = "fts_postings_seq"
 OLD_FTS_SCHEMA = "fts_main_memories"  # DuckDB FTS index of earlier versions; dropped on rebuild
 K1, B = 1.2, 0.75
 
@@ -76,6 +73,7 @@ def rebuild_index(store: Store) -> int:
         """)
         con.execute(f"DROP SCHEMA IF EXISTS {OLD_FTS_SCHEMA} CASCADE")
         Store.meta_set(con, WATERMARK_KEY, str(wm))
+        bump_generation(con)
         return wm
 
     wm = store.write(build)
@@ -154,19 +152,25 @@ def keyword_candidates(con: Conn, terms: Sequence[str], space_ids: Sequence[str]
 
 
 def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], limit: int,
-                   kinds: Sequence[str] | None = None, columns: str = "id") -> tuple[list[tuple[str, float]], dict[str, tuple]]:
+                   kinds: Sequence[str] | None = None, columns: str = "id",
+                   cache: PostingsCache | None = None) -> tuple[list[tuple[str, float]], dict[str, tuple]]:
     """`keyword_candidates`, plus the `columns` (starting with id) of the indexed rows it
     checked against the table: recall reads its candidates' rows anyway, and each row looked up
-    costs ~35 us, so the check that proves a row live also hands it over."""
+    costs ~35 us, so the check that proves a row live also hands it over. With a `cache`, the
+    index is scored from memory (the same scores; see postings_cache)."""
     if not terms or not space_ids or limit <= 0:
         return [], {}
     stems = _stem(con, terms)
     if not stems:
         return [], {}
-    wm = watermark(con)
+    version = index_version(con)
+    wm = version.watermark
     allowed, kinds_ok = set(space_ids), set(kinds) if kinds else None
     # Statistics over the indexed and the fresh rows together.
-    n, total_len, df = _index_stats(con, stems) if wm > 0 else (0, 0, dict.fromkeys(stems, 0))
+    stats = cache.stats(con, version, stems) if cache is not None and wm > 0 else None
+    if stats is None:
+        stats = _index_stats(con, stems) if wm > 0 else (0, 0, dict.fromkeys(stems, 0))
+    n, total_len, df = stats
     fresh = _fresh_rows(con, wm)
     n += len(fresh)
     total_len += sum(r[4] for r in fresh)
@@ -188,7 +192,10 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
         # Rows retired since the build still have postings: a margin of 10, widened when short.
         over = limit + 10
         while True:
-            proposed = _index_top(con, stems, idf, avgdl, space_ids, kinds, over, columns)
+            top = cache.top(con, version, stems, idf, avgdl, space_ids, kinds, over, K1, B) if cache is not None else None
+            if top is None:
+                top = _index_top(con, stems, idf, avgdl, space_ids, kinds, over)
+            proposed = _check(con, top, columns)
             live = [(r[0], score) for score, status, r in proposed if status == "active"]
             # Exact when the slice held `limit` live rows (everything outside it scores lower)
             # or was not full (it held every candidate).
@@ -240,10 +247,9 @@ def _fresh_rows(con: Conn, wm: int) -> list[tuple[str, str, str, Counter, int]]:
 
 
 def _index_top(con: Conn, stems: list[str], idf: dict[str, float], avgdl: float, space_ids: Sequence[str],
-               kinds: Sequence[str] | None, over: int, columns: str = "id") -> list[tuple[float, str | None, tuple]]:
-    """The index's best `over` rows of the allowed spaces (and every row tied with the last of
-    them) as (score, status, row): the status and `columns` of the row version they were built
-    from (None and () when it is gone or was rewritten): the snapshot proposes, the table decides."""
+               kinds: Sequence[str] | None, over: int) -> list[tuple[int, float]]:
+    """The index's best `over` (seq, score) of the allowed spaces, and every row tied with the
+    last of them at 9 decimals."""
     weight = "CASE term " + " ".join(f"WHEN {sql_strings([t])} THEN {_double(idf[t])}" for t in stems) + " END"
     kind_filter = f"AND kind IN ({sql_strings(kinds)})" if kinds else ""
     rows = con.execute(f"""
@@ -257,6 +263,13 @@ def _index_top(con: Conn, stems: list[str], idf: dict[str, float], avgdl: float,
         cut AS (SELECT round(score, 9) AS r FROM scored ORDER BY r DESC LIMIT 1 OFFSET {int(over) - 1})
         SELECT doc, score FROM scored WHERE round(score, 9) >= coalesce((SELECT r FROM cut), -1e308)
     """).fetchall()
+    return [(int(d), float(sc)) for d, sc in rows]
+
+
+def _check(con: Conn, rows: Sequence[tuple[int, float]], columns: str) -> list[tuple[float, str | None, tuple]]:
+    """The index proposed (seq, score); the table decides: (score, status, row) with the status
+    and `columns` of the row version the posting was built from (None and () when it is gone
+    or was rewritten)."""
     if not rows:
         return []
     # A separate lookup, not a join: a constant `seq IN` list is an index scan (~1 ms), the
@@ -283,6 +296,7 @@ def drop_postings(con: Conn, seqs: Sequence[int]) -> int:
         return 0
     docs = con.execute(f"SELECT count(DISTINCT doc) FROM {POSTINGS} WHERE doc IN (SELECT unnest(?))", [list(seqs)]).fetchone()[0]
     con.execute(f"DELETE FROM {POSTINGS} WHERE doc IN (SELECT unnest(?))", [list(seqs)])
+    bump_generation(con)  # cached copies of the postings are stale now
     if DICT in have:
         con.execute(f"""UPDATE {DICT} SET df = {DICT}.df - g.docs
                         FROM (SELECT unnest(?) AS term, unnest(?) AS docs) g WHERE {DICT}.term = g.term""",

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.store.keywords import keyword_candidates, rebuild_index, sql_strings
+from memory.store.keywords import drop_postings, keyword_candidates, keyword_search, rebuild_index, sql_strings
+from memory.store.postings_cache import PostingsCache
 from memory.store.rows import NewMemory, bump_seq, insert_memories
 from memory.recall.search import Recaller, RecallSettings
 from memory.store.connection import Store, vector_literal
@@ -243,10 +244,13 @@ def _keyword_case(mem_store, seed, docs, rebuild_at, later, terms, allowed, limi
     ids: list[str] = []
     snapshot: dict[str, list[str]] = {}
     wm = 0
+    spaces = sorted(allowed)
+    cache = PostingsCache()  # warmed at the rebuild, then kept through every later change
     for k, (space, kind, text) in enumerate(docs):
         if k == rebuild_at:
             wm = rebuild_index(mem_store)
             snapshot = snapshot_of(mem_store)
+            mem_store.read(lambda c: keyword_search(c, terms, spaces, limit, kinds, cache=cache))
         ids += add(mem_store, rng, space, 1, kind=kind, texts=[text])
     for change in later:
         pick = [ids[int(rng.integers(len(ids)))]] if ids else []
@@ -257,8 +261,12 @@ def _keyword_case(mem_store, seed, docs, rebuild_at, later, terms, allowed, limi
             ids = [i for i in ids if i not in pick]
         else:
             rewrite(mem_store, rng, pick, text=" ".join(rng.choice(WORDS, size=3)))
-    spaces = sorted(allowed)
     got = mem_store.read(lambda c: keyword_candidates(c, terms, spaces, limit, kinds))
+    # The postings held in memory score exactly like the SQL path, warm or cold.
+    for held in (cache, PostingsCache()):
+        from_memory = mem_store.read(lambda c, held=held: keyword_search(c, terms, spaces, limit, kinds, cache=held)[0])
+        assert [i for i, _ in from_memory] == [i for i, _ in got]
+        assert all(math.isclose(a, b, rel_tol=1e-12) for (_, a), (_, b) in zip(from_memory, got))
     want = oracle(mem_store, snapshot, wm, terms, spaces, limit, kinds)
     assert len(got) == len(want)
     assert all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for (_, a), (_, b) in zip(got, want))
@@ -276,6 +284,32 @@ def test_keyword_slice_widens_past_rows_retired_since_the_rebuild(mem_store):
     got = mem_store.read(lambda c: keyword_candidates(c, ["piano"], ["A"], 5))
     assert len(got) == 5 and not {i for i, _ in got} & set(best)
     assert [i for i, _ in got] == [i for i, _ in oracle(mem_store, snapshot, wm, ["piano"], ["A"], 5)]
+
+
+def test_postings_held_in_memory_follow_a_forget_and_a_rebuild(mem_store):
+    """A forget drops postings (the term statistics change) and a rebuild replaces them: the
+    cache sees both through the index version and scores as SQL does afterwards."""
+    rng = np.random.default_rng(9)
+    ids = add(mem_store, rng, "A", 8, texts=[f"piano {'lesson ' * i}" for i in range(8)])
+    add(mem_store, rng, "B", 4, texts=["piano concert"] * 4)
+    rebuild_index(mem_store)
+    cache = PostingsCache()
+
+    def same() -> list[tuple[str, float]]:
+        held = mem_store.read(lambda c: keyword_search(c, ["piano", "lesson"], ["A"], 5, cache=cache)[0])
+        assert held == mem_store.read(lambda c: keyword_candidates(c, ["piano", "lesson"], ["A"], 5))
+        return held
+
+    before = same()
+    seqs = [r[0] for r in mem_store.read(lambda c: c.execute(
+        "SELECT seq FROM memories WHERE id IN (SELECT unnest(?))", [ids[:3]]).fetchall())]
+    mem_store.write(lambda c: drop_postings(c, seqs))
+    delete(mem_store, ids[:3])
+    after_forget = same()
+    assert after_forget != before and not {i for i, _ in after_forget} & set(ids[:3])
+    add(mem_store, rng, "A", 3, texts=["lesson lesson piano"] * 3)
+    rebuild_index(mem_store)
+    assert same() != after_forget
 
 
 def test_sql_strings_quotes_safely(mem_store):
