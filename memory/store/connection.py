@@ -11,10 +11,11 @@ import asyncio
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import importlib.util
 import sys
@@ -239,3 +240,24 @@ def vector_literal(vec: Sequence[float]) -> str:
 def vectors_literal(rows: Sequence[Sequence[float]]) -> str:
     """Many vectors as one string, cast in SQL to FLOAT[n][] and unnested (bulk inserts)."""
     return "[" + ",".join(vector_literal(r) for r in rows) + "]"
+
+
+C = TypeVar("C")
+
+
+class PerStore(Generic[C]):
+    """One object per Store object, made on first use and gone with the store (the in-process
+    caches of a store's data: vectors, postings)."""
+
+    def __init__(self, make: Callable[[Store], C]) -> None:
+        self._make = make
+        self._made: weakref.WeakKeyDictionary[Store, C] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def __call__(self, store: Store) -> C:
+        with self._lock:
+            got = self._made.get(store)
+            if got is None:
+                got = self._made[store] = self._make(store)
+            return got
+

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from memory.store.connection import Conn, Store
+from memory.store.connection import Conn, PerStore
 
 log = logging.getLogger(__name__)
 
@@ -174,14 +173,5 @@ class PostingsCache:
         return sp
 
 
-_caches: weakref.WeakKeyDictionary[Store, PostingsCache] = weakref.WeakKeyDictionary()
-_caches_lock = threading.Lock()
-
-
-def postings_for(store: Store) -> PostingsCache:
-    """The postings cache of `store` (one per Store object, made on first use)."""
-    with _caches_lock:
-        cache = _caches.get(store)
-        if cache is None:
-            cache = _caches[store] = PostingsCache()
-        return cache
+# The postings cache of a store (one per Store object, made on first use).
+postings_for: PerStore[PostingsCache] = PerStore(lambda store: PostingsCache())

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from memory.store.connection import Conn, Store, vector_literal
+from memory.store.connection import Conn, PerStore, Store, vector_literal
 
 log = logging.getLogger(__name__)
 
@@ -418,14 +417,5 @@ class VectorCache:
         return live, dead
 
 
-_caches: weakref.WeakKeyDictionary[Store, VectorCache] = weakref.WeakKeyDictionary()
-_caches_lock = threading.Lock()
-
-
-def cache_for(store: Store) -> VectorCache:
-    """The vector cache of `store` (one per Store object, made on first use)."""
-    with _caches_lock:
-        cache = _caches.get(store)
-        if cache is None:
-            cache = _caches[store] = VectorCache(store)
-        return cache
+# The vector cache of a store (one per Store object, made on first use).
+cache_for: PerStore[VectorCache] = PerStore(VectorCache)
