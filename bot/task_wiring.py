@@ -67,6 +67,7 @@ def wire_tasks(host: TaskHost) -> TaskWiring:
     tasks = TaskProcessor(host.store, host.embedder, host.llm, clock=host.clock)
     skills = SkillEvolver(host.store, host.embedder, host.llm, host.data_path, clock=host.clock)
     host.engine.worker.on_ingested = tasks.assign
+    host.engine.worker.task_gap = tasks.settings.idle_gap  # the ingest call gives the boundary verdicts
     if host.agent is not None:
         host.agent.skills = skills
 

@@ -13,22 +13,33 @@ NO_MEMORY_HINT = (
     "conversations, call memory_search with shorter keywords before answering.\n</memory-context>"
 )
 
-TURN_SYSTEM = """You turn one chat turn into long-term memory. Answer with JSON only.
-
-Fields:
-- "titles": for each message number listed under NEEDS TITLE, a retrieval title of 5-15 words (10-50 characters for Chinese) in the message's own language, naming its concrete subject.
-- "dedup": for each message listed under POSSIBLE DUPLICATES, compare it with the numbered earlier chunks shown and answer {{"message": N, "verdict": "DUPLICATE"|"UPDATE"|"NEW", "target": chunk number or null, "merged": merged text when UPDATE}}. DUPLICATE = says nothing new; UPDATE = same subject with new or changed details (write one merged text keeping every detail); NEW = different.
-- "facts": durable facts about the user, taken ONLY from messages whose role is user. Each is atomic, self-contained (name people and things, resolve "it", "there", relative dates using the turn date {date}), written in the user's language, with "category" one of about_you, preferences, people, experiences, plans, routines, constraints; "tags": 1-3 short tags; "intent": "statement" or "query" (a question or one-off request is a query, not a preference); "from": the message numbers it came from. At most 50. No facts about the assistant. Ignore greetings and small talk. An empty list is fine.
-
-Shape: {{"titles": {{"1": "..."}}, "dedup": [], "facts": [{{"text": "...", "category": "...", "tags": ["..."], "intent": "statement", "from": [1]}}]}}"""
+# The ingest call (memory/ingest/worker.py): one per turn, or one per batch of a space's queued
+# turns. Sections the turn does not need (titles, duplicates, known facts, the task verdict)
+# are left out of TURN_USER, so a plain turn pays only for the system prompt and its messages.
+TURN_SYSTEM = """You turn one chat turn into long-term memory. Answer with JSON only:
+{"titles": {"1": "..."}, "dedup": [], "facts": [{"text": "...", "category": "about_you", "tags": ["..."], "intent": "statement", "from": [1]}], "task": {"verdict": "SAME", "confidence": 0.9}}
+- titles: per message under NEEDS TITLE, a 5-15 word retrieval title (10-50 characters for Chinese) in its language naming its concrete subject.
+- dedup: per message under POSSIBLE DUPLICATES, {"message": N, "verdict": "DUPLICATE"|"UPDATE"|"NEW", "target": chunk number, "merged": text if UPDATE}: DUPLICATE adds nothing; UPDATE = same subject, new details (merged keeps all); NEW = different.
+- facts: durable facts about the user from user messages only: atomic, self-contained (name people and things; resolve "it", "there", relative dates with the turn date), in the user's language; category about_you|preferences|people|experiences|plans|routines|constraints; 1-3 tags; intent "query" for a question or one-off request; from: message numbers. None about the assistant or small talk; [] is fine.
+- task: only if CURRENT TASK is shown. SAME if the user's message continues it (follow-up, correction, detail, result, thanks), NEW if it starts another goal."""
 
 TURN_USER = """Turn date: {date}
-
 MESSAGES
-{messages}
+{messages}{sections}"""
 
-NEEDS TITLE: {needs_title}
-{duplicates}"""
+TURN_NEEDS_TITLE = "NEEDS TITLE: {numbers}"
+
+TURN_KNOWN_FACTS = """KNOWN FACTS (id, age): a fact repeating, changing or cancelling one gets "known": id, "action": "NOOP" (known), "UPDATE" (text = the fact as it now reads, keeping still-true details) or "DELETE" (no longer true). Newer wins.
+{facts}"""
+
+TURN_TASK = """CURRENT TASK (first request, latest user lines)
+{gist}"""
+
+TURN_BATCH_NOTE = """
+Several turns follow, each under "TURN k". Answer {"turns": {"k": the object above for turn k}}. Message numbers, titles, dedup, facts and "task" of a turn concern that turn only; a turn's CURRENT TASK includes the turns before it that continued it."""
+
+TURN_BATCH_TURN = """TURN {k}
+{turn}"""
 
 RECONCILE_SYSTEM = """You keep a person's fact list correct. For each NEW fact decide against the EXISTING facts (shown with small ids and their age):
 - ADD: new information not covered by any existing fact.

@@ -32,8 +32,23 @@ class ExtractedFact(BaseModel):
     tags: list[str] = Field(default_factory=list)
     intent: str = "statement"
     from_: list[int] = Field(default_factory=list, alias="from")
+    # Reconciliation folded into the ingest call: the KNOWN FACTS id it touches and how.
+    known: int | None = None
+    action: str | None = None
 
     model_config = {"populate_by_name": True}
+
+    @field_validator("known", mode="before")
+    @classmethod
+    def _known_id(cls, v):
+        if isinstance(v, str) and v.strip().isdigit():
+            return int(v)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    @field_validator("action", mode="before")
+    @classmethod
+    def _action_word(cls, v):
+        return v.strip().upper() if isinstance(v, str) else None
 
     @field_validator("category")
     @classmethod
@@ -136,10 +151,11 @@ def render_existing(existing: Sequence[Existing], now: datetime) -> str:
 
 
 def render_new(facts: Sequence[ExtractedFact]) -> str:
-    return "\n".join(f"({_letter(i)}) {f.text}" for i, f in enumerate(facts))
+    return "\n".join(f"({letter(i)}) {f.text}" for i, f in enumerate(facts))
 
 
-def _letter(i: int) -> str:
+def letter(i: int) -> str:
+    """The letter a new fact is shown with: a, b, ... z, a26, a27, ..."""
     return chr(ord("a") + i) if i < 26 else f"a{i}"
 
 
@@ -151,7 +167,7 @@ def apply_plan(con: Conn, plan: FactPlan, decisions: Sequence[Decision] | None, 
     the old fact deleted (kept for audit). Pinned facts are never deleted or rewritten: an
     UPDATE of a pinned fact becomes an ADD beside it. Returns the ids of facts written.
     """
-    by_letter = {_letter(i): i for i in range(len(plan.facts))}
+    by_letter = {letter(i): i for i in range(len(plan.facts))}
     actions: dict[int, Decision] = {}
     for d in decisions or ():
         idx = by_letter.get(d.new.strip("() ").lower())

@@ -1,11 +1,17 @@
 """The IngestWorker (DESIGN section 4): drains the durable queue, turning each captured turn
 into chunks (with retrieval titles and dedup) and facts (extracted, reconciled, with
-provenance), in at most two LLM calls: one for titles + dedup + facts, one to reconcile
-facts only when existing facts are close to the new ones.
+provenance). One LLM call per turn (turn_prompt.py) gives titles, dedup, facts, their
+reconciliation against the stored facts close to the turn's user messages, and the task
+boundary verdict when the task rules cannot place the turn. A second call reconciles facts only
+when an extracted fact has close stored facts the first call was not shown. A space with a
+backlog sends several queued turns in one call (bounded by `batch_tokens`), each answer applied
+to its own turn.
 
-Nothing is lost: a turn leaves the queue only in the transaction that writes its rows. When
-the LLM fails, the turn is retried with backoff; past the retry limit it is stored raw
-(title = trimmed text), still findable, and marked for fact extraction later.
+Nothing is lost: a turn leaves the queue only in the transaction that writes its rows (and its
+boundary verdict). When the LLM fails, the turn is retried with backoff; past the retry limit it
+is stored raw (title = trimmed text), still findable, and marked for fact extraction later. A
+batch never changes that: a failed or malformed batched answer sends the turns it concerns
+through the single-turn path, with their own retries.
 """
 
 from __future__ import annotations
@@ -18,18 +24,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
-from pydantic import BaseModel, Field
-
 from memory.ingest import facts as F
 from memory import prompts
 from memory.ingest.capture import TurnMessage, decode_payload
+from memory.ingest.turn_prompt import (
+    MAX_KNOWN, BatchAnswer, Shown, TurnAnswer, TurnView, folded_decisions, render_batch, render_turn, split_batch,
+)
 from memory.embed import Embedder
 from memory.errors import LLMError
 from memory.llm import LLM, charged_to
 from memory.store.rows import NewMemory, insert_memories, new_id, utc_naive
 from memory.ingest.raw import TITLE_CHARS, RawMessage, embed_text, index_text, raw_rows
 from memory.store.connection import Conn, Store
-from memory.text import content_hash, estimate_tokens, neutralize, normalize, redact, render_name, trim
+from memory.tasks.boundary import TaskGist, gist_for, next_gist, store_verdicts, wants_verdict
+from memory.tasks.rules import ChunkInfo, Turn
+from memory.text import content_hash, estimate_tokens, normalize, redact, trim
 from memory.store.vectors import vector_candidates
 
 log = logging.getLogger(__name__)
@@ -47,21 +56,10 @@ class IngestSettings:
     batch: int = 16                          # turns per worker and round
     workers: int = 4                         # spaces ingested at once
     per_space: int = 4                       # a space's turns per round (the rest wait one round)
+    batch_tokens: int = 2000                 # a space's queued turns share one LLM call up to this size
+    fold_reconcile: bool = True              # False: close facts always go to the separate reconcile call
     poll_seconds: float = 5.0
     max_facts_per_turn: int = F.MAX_FACTS_PER_TURN
-
-
-class DedupVerdict(BaseModel):
-    message: int
-    verdict: str
-    target: int | None = None
-    merged: str | None = None
-
-
-class TurnAnswer(BaseModel):
-    titles: dict[str, str] = Field(default_factory=dict)
-    dedup: list[DedupVerdict] = Field(default_factory=list)
-    facts: list[F.ExtractedFact] = Field(default_factory=list)
 
 
 @dataclass
@@ -74,6 +72,34 @@ class _Draft:
     chunk_id: str | None = None             # the id its facts point to (new or existing)
     skip: bool = False
     merged_from: tuple[str, str | None] | None = None  # (retired id, its merge history JSON)
+
+
+@dataclass(frozen=True)
+class _Queued:
+    """One turn as the queue holds it."""
+
+    qid: str
+    space_id: str
+    session_id: str | None
+    turn_id: str
+    messages: list[TurnMessage]
+    created_at: datetime
+    attempts: int
+
+
+@dataclass
+class _Job:
+    """One turn on the LLM path: what its ingest call is shown, and what the next turn of its
+    batch sees of the open task."""
+
+    turn: _Queued
+    drafts: list[_Draft]
+    raws: list[RawMessage]
+    needs_title: list[_Draft]
+    view: TurnView
+    ask_task: bool
+    needs_call: bool
+    gist_after: TaskGist | None
 
 
 @dataclass
@@ -98,6 +124,9 @@ class IngestWorker:
         self.settings = settings or IngestSettings()
         self._clock = clock or (lambda: datetime.now(UTC))
         self.on_ingested = on_ingested
+        # Set by whoever assigns tasks after ingest (the task wiring): the ingest call then
+        # gives the boundary verdict the task rules cannot, for turns this far apart at most.
+        self.task_gap: timedelta | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._stopping = False
@@ -152,7 +181,7 @@ class IngestWorker:
         what takes the time), each space's turns one after another in queue order, so a turn's
         facts are reconciled against what the turn before it stored. Each round takes at most
         `per_space` turns of any one space, so a long backlog in one space cannot hold up the
-        others for more than a round.
+        others for more than a round; those turns share LLM calls up to `batch_tokens`.
         """
         done = 0
         async with self._lock:
@@ -166,8 +195,11 @@ class IngestWorker:
 
                 async def lane(turns: list[tuple]) -> None:
                     async with gate:
-                        for row in turns:
-                            await self._process(*row)
+                        for batch in batches(turns, self.settings.batch_tokens):
+                            if len(batch) == 1 or self.llm is None:
+                                await self._process(*batch[0])
+                            else:
+                                await self._process_batch(batch)
 
                 await asyncio.gather(*(lane(turns) for turns in by_space(rows).values()))
                 done += len(rows)
@@ -177,47 +209,99 @@ class IngestWorker:
     async def _process(self, qid: str, space_id: str, session_id: str | None, turn_id: str, payload: str,
                        attempts: int) -> None:
         messages, created_at = decode_payload(payload)
+        turn = _Queued(qid, space_id, session_id, turn_id, messages, created_at, attempts)
+        await self._settle(turn, lambda: self._process_turn(turn))
+
+    async def _settle(self, turn: _Queued, work: Callable[[], Awaitable[None]]) -> None:
+        """Run one turn's ingest; any failure goes to the turn's own retry rules."""
         try:
-            with charged_to(space_id):
-                await self._process_turn(qid, space_id, session_id, turn_id, messages, created_at)
+            with charged_to(turn.space_id):
+                await work()
         except LLMError as exc:
-            await self._failed(qid, space_id, session_id, turn_id, messages, created_at, attempts, str(exc))
+            await self._failed(turn, str(exc))
             return
         except Exception as exc:  # a bug or a store error: keep the turn, back off, never lose it
-            log.exception("ingest of turn %s failed", turn_id)
-            await self._failed(qid, space_id, session_id, turn_id, messages, created_at, attempts, f"{type(exc).__name__}: {exc}")
+            log.exception("ingest of turn %s failed", turn.turn_id)
+            await self._failed(turn, f"{type(exc).__name__}: {exc}")
             return
         self.stats.turns += 1
         if self.on_ingested is not None:
             try:
-                await self.on_ingested(space_id)
+                await self.on_ingested(turn.space_id)
             except Exception:
-                log.exception("post-ingest hook failed for space %s", space_id)
+                log.exception("post-ingest hook failed for space %s", turn.space_id)
 
-    async def _process_turn(self, qid, space_id, session_id, turn_id, messages, created_at) -> None:
+    async def _process_turn(self, turn: _Queued) -> None:
         if self.llm is None:
-            await asyncio.to_thread(self._store_raw, qid, space_id, session_id, turn_id, messages, created_at, False)
-        else:
-            await self._ingest(qid, space_id, session_id, turn_id, messages, created_at)
+            await asyncio.to_thread(self._store_raw, turn, False)
+            return
+        gist = await self._gist(turn.space_id)
+        job = await self._prepare(turn, gist)
+        answer = TurnAnswer()
+        if job.needs_call:
+            answer = await self.llm.complete_json(prompts.TURN_SYSTEM, render_turn(job.view, self._clock()),
+                                                  TurnAnswer, purpose="ingest")
+        await self._finish(job, answer)
 
-    async def _failed(self, qid, space_id, session_id, turn_id, messages, created_at, attempts, error) -> None:
-        attempts += 1
+    async def _process_batch(self, rows: Sequence[tuple]) -> None:
+        """Several queued turns of one space in one LLM call, each answer applied to its turn.
+
+        Turns are prepared in order (the task gist moves on with each), asked together, then
+        finished one by one in queue order, each in its own transaction. A turn whose part of
+        the answer is missing or malformed, or all of them when the call fails, go through the
+        single-turn path (its own call, its own retries): a bad part never costs another turn.
+        """
+        turns = [_Queued(*r[:4], *decode_payload(r[4]), r[5]) for r in rows]
+        jobs: list[_Job] = []
+        try:
+            with charged_to(turns[0].space_id):
+                gist = await self._gist(turns[0].space_id)
+                for turn in turns:
+                    job = await self._prepare(turn, gist)
+                    gist = job.gist_after
+                    jobs.append(job)
+                asked = [j for j in jobs if j.needs_call]
+                parts: list[TurnAnswer | None] = []
+                if len(asked) == 1:
+                    parts = [await self.llm.complete_json(prompts.TURN_SYSTEM, render_turn(asked[0].view, self._clock()),
+                                                          TurnAnswer, purpose="ingest")]
+                elif asked:
+                    system, user = render_batch([j.view for j in asked], self._clock())
+                    parts = split_batch(await self.llm.complete_json(system, user, BatchAnswer, purpose="ingest"),
+                                        len(asked))
+        except Exception as exc:  # the batch call failed as a whole: every turn on its own
+            log.warning("batched ingest of %d turns failed (%s); ingesting them one by one", len(turns),
+                        type(exc).__name__)
+            for turn in turns:
+                await self._settle(turn, lambda turn=turn: self._process_turn(turn))
+            return
+        answers = dict(zip((id(j) for j in asked), parts))
+        for job in jobs:
+            answer = answers.get(id(job), TurnAnswer()) if job.needs_call else TurnAnswer()
+            if answer is None:
+                await self._settle(job.turn, lambda job=job: self._process_turn(job.turn))
+            else:
+                await self._settle(job.turn, lambda job=job, answer=answer: self._finish(job, answer))
+
+    async def _failed(self, turn: _Queued, error: str) -> None:
+        attempts = turn.attempts + 1
         if attempts >= self.settings.max_attempts:
-            log.warning("turn %s failed %d times; storing it raw for later fact extraction", turn_id, attempts)
+            log.warning("turn %s failed %d times; storing it raw for later fact extraction", turn.turn_id, attempts)
             self.stats.raw_fallbacks += 1
-            await asyncio.to_thread(self._store_raw, qid, space_id, session_id, turn_id, messages, created_at, True)
+            await asyncio.to_thread(self._store_raw, turn, True)
             return
         delay = self.settings.backoff_seconds * (2 ** (attempts - 1))
         retry_at = utc_naive(self._clock()) + timedelta(seconds=delay)
-        log.warning("ingest of turn %s failed (%s); retry %d in %.0fs", turn_id, error[:200], attempts, delay)
+        log.warning("ingest of turn %s failed (%s); retry %d in %.0fs", turn.turn_id, error[:200], attempts, delay)
         await self.store.awrite(lambda c: c.execute(
             "UPDATE ingest_queue SET attempts = ?, next_attempt_at = ?, last_error = ? WHERE id = ?",
-            [attempts, retry_at, error[:500], qid]))
+            [attempts, retry_at, error[:500], turn.qid]))
 
     # --- raw path --------------------------------------------------------------------------
-    def _store_raw(self, qid, space_id, session_id, turn_id, messages, created_at, needs_facts: bool) -> None:
+    def _store_raw(self, turn: _Queued, needs_facts: bool) -> None:
+        qid, space_id, session_id = turn.qid, turn.space_id, turn.session_id
         before = self.store.read(lambda c: _previous_message(c, qid, space_id, session_id))
-        raws = _raw_messages(space_id, session_id, turn_id, messages, created_at, before)
+        raws = _raw_messages(space_id, session_id, turn.turn_id, turn.messages, turn.created_at, before)
         # Only this turn's hashes: reading every hash of a large space cost a scan per turn.
         hashes = {r[0] for r in self.store.read(lambda c: c.execute(
             "SELECT content_hash FROM memories WHERE space_id = ? AND kind = 'chunk' AND status = 'active' "
@@ -233,12 +317,20 @@ class IngestWorker:
         self.store.write(write)
 
     # --- LLM path --------------------------------------------------------------------------
-    async def _ingest(self, qid, space_id, session_id, turn_id, messages: list[TurnMessage], created_at) -> None:
+    async def _gist(self, space_id: str) -> TaskGist | None:
+        if self.task_gap is None:
+            return None
+        return await self.store.aread(lambda c: gist_for(c, space_id))
+
+    async def _prepare(self, turn: _Queued, gist: TaskGist | None) -> _Job:
+        """Everything before the LLM call: exact and near duplicates, the stored facts close to the
+        user's messages, and whether the task rules need the call's boundary verdict."""
         s = self.settings
+        space_id, messages = turn.space_id, turn.messages
         drafts = [_Draft(msg=m, n=i) for i, m in enumerate(messages, start=1)]
         # No cross-turn context here: the same vector finds near-duplicates, and the 0.93
         # threshold is calibrated on opening messages embedded alone.
-        raws = _raw_messages(space_id, session_id, turn_id, messages, created_at)
+        raws = _raw_messages(space_id, turn.session_id, turn.turn_id, messages, turn.created_at)
         # 1. Exact duplicates: skipped without an LLM call; their facts point at the old chunk.
         existing = dict(await self.store.aread(lambda c: c.execute(
             """SELECT content_hash, any_value(id) FROM memories WHERE space_id = ? AND kind = 'chunk'
@@ -250,46 +342,64 @@ class IngestWorker:
                 d.skip, d.chunk_id = True, old
                 self.stats.exact_duplicates += 1
         live = [d for d in drafts if not d.skip]
+        known: list[F.Existing] = []
         if live:
-            vecs = await asyncio.to_thread(self.embedder.embed_passages, [
-                embed_text(raws[d.n - 1].text, raws[d.n - 1].speaker, raws[d.n - 1].context, raws[d.n - 1].context_speaker)
-                for d in live])
+            users = [d for d in live if d.msg.role == "user"]
+            texts = [embed_text(raws[d.n - 1].text, raws[d.n - 1].speaker, raws[d.n - 1].context, raws[d.n - 1].context_speaker)
+                     for d in live]
+            # The user's messages embedded as facts are (nearly) what their facts will be: the
+            # stored facts close to them are shown, so the call reconciles as it extracts.
+            vecs = await asyncio.to_thread(self.embedder.embed_passages, texts + [d.msg.text for d in users])
             for d, v in zip(live, vecs):
                 d.vector = v
             await self.store.aread(lambda c: self._near_duplicates(c, space_id, live))
-        user_live = [d for d in live if d.msg.role == "user"]
+            if users and s.fold_reconcile:
+                probes = [F.ExtractedFact(text=d.msg.text) for d in users]
+                known = await self.store.aread(lambda c: F.find_existing(
+                    c, space_id, probes, vecs[len(live):], s.fact_candidate_threshold))
         needs_title = [d for d in live if d.msg.role != "tool" and len(d.msg.text) > s.title_min_chars]
-        answer = TurnAnswer()
-        if self.llm is not None and (user_live or needs_title or any(d.near for d in live)):
-            answer = await self.llm.complete_json(
-                prompts.TURN_SYSTEM.format(date=f"{created_at:%Y-%m-%d}"),
-                prompts.TURN_USER.format(
-                    date=f"{created_at:%Y-%m-%d %A}",
-                    messages=_render_messages(drafts),
-                    needs_title=", ".join(str(d.n) for d in needs_title) or "none",
-                    duplicates=_render_near(live),
-                ),
-                TurnAnswer, purpose="ingest",
-            )
+        rules_turn = _rules_turn(turn)
+        step = wants_verdict(gist, rules_turn, self.task_gap) if self.task_gap is not None else None
+        ask_task = step is not None and step.action == "ask"
+        view = TurnView(
+            created_at=turn.created_at,
+            messages=tuple(Shown(d.n, d.msg, d.skip, tuple(t for _, t in d.near)) for d in drafts),
+            needs_title=tuple(d.n for d in needs_title),
+            known=tuple(known[:MAX_KNOWN]),
+            gist=gist if ask_task else None)
+        user_live = any(d.msg.role == "user" for d in live)
+        return _Job(turn=turn, drafts=drafts, raws=raws, needs_title=needs_title, view=view, ask_task=ask_task,
+                    needs_call=bool(user_live or needs_title or any(d.near for d in live) or ask_task),
+                    gist_after=next_gist(gist, rules_turn, step) if step is not None else None)
+
+    async def _finish(self, job: _Job, answer: TurnAnswer) -> None:
+        """Everything after the LLM call: dedup, titles, facts (reconciled), one write."""
+        s, turn, drafts = self.settings, job.turn, job.drafts
+        live = [d for d in drafts if not d.skip]
         self._apply_dedup(live, answer)
         for d in live:
-            d.title = trim(answer.titles.get(str(d.n), "") or d.msg.text, TITLE_CHARS if d not in needs_title else 200)
+            d.title = trim(answer.titles.get(str(d.n), "") or d.msg.text, TITLE_CHARS if d not in job.needs_title else 200)
         # 2. Facts from user messages only, minus one-off questions.
         new_facts = F.keep_statements([f for f in answer.facts if _from_user(f, drafts)], s.max_facts_per_turn)
         if len(answer.facts) > s.max_facts_per_turn:
-            log.warning("turn %s: the memory LLM returned %d facts; kept %d", turn_id, len(answer.facts), len(new_facts))
-        plan, decisions = await self._plan_facts(space_id, new_facts, [[] for _ in new_facts])
-        await self.store.awrite(lambda c: self._write(c, qid, space_id, session_id, turn_id, created_at, drafts, raws, plan, decisions))
+            log.warning("turn %s: the memory LLM returned %d facts; kept %d", turn.turn_id, len(answer.facts), len(new_facts))
+        plan, decisions = await self._plan_facts(turn.space_id, new_facts, [[] for _ in new_facts], list(job.view.known))
+        verdict = answer.task.as_verdict() if job.ask_task and answer.task is not None else None
+        await self.store.awrite(lambda c: self._write(c, job, plan, decisions, verdict))
 
-    async def _plan_facts(self, space_id: str, new_facts: list[F.ExtractedFact], sources: list[list[str]]
-                          ) -> tuple[F.FactPlan | None, list[F.Decision] | None]:
-        """Embed new facts and find close existing ones; only then ask the LLM to reconcile."""
+    async def _plan_facts(self, space_id: str, new_facts: list[F.ExtractedFact], sources: list[list[str]],
+                          shown: list[F.Existing] | None = None) -> tuple[F.FactPlan | None, list[F.Decision] | None]:
+        """Embed new facts and find close existing ones. The ingest call's own decisions stand
+        when it was shown every close fact (`shown`); otherwise the LLM is asked to reconcile."""
         if not new_facts:
             return None, None
         fvecs = await asyncio.to_thread(self.embedder.embed_passages, [f.text for f in new_facts])
         plan = F.FactPlan(facts=new_facts, vectors=fvecs, sources=sources)
         plan.existing = await self.store.aread(
             lambda c: F.find_existing(c, space_id, new_facts, fvecs, self.settings.fact_candidate_threshold))
+        if shown and {e.id for e in plan.existing} <= {e.id for e in shown}:
+            plan.existing = shown  # the ids the call answered with
+            return plan, folded_decisions(new_facts)
         if not plan.existing:
             return plan, None  # no candidates: every fact is ADD, no LLM call
         rec = await self.llm.complete_json(
@@ -326,7 +436,9 @@ class IngestWorker:
                 d.msg = TurnMessage(role=d.msg.role, text=v.merged.strip(), speaker=d.msg.speaker, tool_name=d.msg.tool_name)
                 self.stats.merges += 1
 
-    def _write(self, con: Conn, qid, space_id, session_id, turn_id, created_at, drafts, raws, plan, decisions) -> None:
+    def _write(self, con: Conn, job: _Job, plan, decisions, verdict) -> None:
+        turn, drafts, raws = job.turn, job.drafts, job.raws
+        qid, space_id, session_id, turn_id, created_at = turn.qid, turn.space_id, turn.session_id, turn.turn_id, turn.created_at
         live = [d for d in drafts if not d.skip]
         rows, vecs, retire = [], [], []
         for d in live:
@@ -361,6 +473,8 @@ class IngestWorker:
             ids = F.apply_plan(con, plan, decisions, space_id=space_id, created_at=created_at,
                                embed=lambda t: self.embedder.embed_passages([t])[0])
             self.stats.facts_written += len(ids)
+        if verdict is not None:
+            store_verdicts(con, space_id, turn_id, verdict, utc_naive(created_at))
         con.execute("UPDATE ingest_queue SET status = 'done', done_at = ? WHERE id = ?", [utc_naive(self._clock()), qid])
 
     # --- facts for turns stored raw --------------------------------------------------------
@@ -431,37 +545,41 @@ def _raw_messages(space_id, session_id, turn_id, messages: Sequence[TurnMessage]
     return out
 
 
-def _render_messages(drafts: Sequence[_Draft]) -> str:
-    # Secrets are redacted before the LLM sees anything; long tool output is trimmed.
-    lines = []
-    for d in drafts:
-        text = redact(d.msg.text)
-        if d.msg.role == "tool":
-            text = trim(text, 600)
-        elif estimate_tokens(text) > 1500:
-            text = trim(text, 4000)
-        # Continuation lines are indented so a message cannot forge a "[n] role:" line of its own.
-        text = neutralize(text).replace("\n", "\n    ")
-        speaker = render_name(d.msg.speaker)
-        lines.append(f"[{d.n}] {d.msg.role}{' (' + speaker + ')' if speaker else ''}"
-                     f"{' (already stored)' if d.skip else ''}: {text}")
-    return "\n".join(lines)
-
-
-def _render_near(live: Sequence[_Draft]) -> str:
-    parts = []
-    for d in live:
-        if d.near:
-            cands = "\n".join(f"  ({j}) {trim(redact(t), 400)}" for j, (_, t) in enumerate(d.near, start=1))
-            parts.append(f"message {d.n} resembles:\n{cands}")
-    return "POSSIBLE DUPLICATES:\n" + "\n".join(parts) if parts else "POSSIBLE DUPLICATES: none"
-
-
 def _from_user(fact: F.ExtractedFact, drafts: Sequence[_Draft]) -> bool:
     """A fact counts only if it cites at least one user message (or cites nothing in a turn with one)."""
     if not fact.from_:
         return any(d.msg.role == "user" for d in drafts)
     return any(1 <= n <= len(drafts) and drafts[n - 1].msg.role == "user" for n in fact.from_)
+
+
+def _rules_turn(turn: _Queued) -> Turn:
+    """The turn as the task rules will see its chunks (times as stored: naive UTC, 1 ms apart)."""
+    at = utc_naive(turn.created_at)
+    return Turn(tuple(ChunkInfo(id=f"{turn.turn_id}:{i}", role=m.role, text=m.text, created_at=at + timedelta(milliseconds=i),
+                                session_id=turn.session_id, turn_id=turn.turn_id) for i, m in enumerate(turn.messages)))
+
+
+def batches(rows: Sequence[tuple], budget: int) -> list[list[tuple]]:
+    """A space's due rows (queue order) cut into runs that share one LLM call: consecutive
+    first attempts whose messages total at most `budget` tokens (estimated). A turn being
+    retried goes alone, so its retry count and raw fallback stay its own."""
+    out: list[list[tuple]] = []
+    size = 0
+    for row in rows:
+        cost = payload_tokens(row[4])
+        if out and row[5] == 0 and out[-1][-1][5] == 0 and size + cost <= budget:
+            out[-1].append(row)
+            size += cost
+        else:
+            out.append([row])
+            size = cost
+    return out
+
+
+def payload_tokens(payload: str) -> int:
+    """Estimated prompt tokens of a queued turn's messages (what batching budgets)."""
+    messages, _ = decode_payload(payload)
+    return sum(estimate_tokens(m.text[:4000]) + 4 for m in messages)
 
 
 def due_turns(con: Conn, now: datetime, per_space: int, limit: int) -> list[tuple]:

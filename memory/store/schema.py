@@ -142,4 +142,20 @@ MEMORY_MIGRATIONS: tuple[Migration, ...] = (
         """,
     ),
     Migration(3, "recall lookup indexes", RECALL_INDEXES_SQL),
+    # The task-boundary verdict the ingest call gave for a turn, kept until the turn is
+    # assigned to a task (memory/tasks/boundary.py). Written with the turn's chunks.
+    Migration(
+        4,
+        "turn boundaries",
+        """
+        CREATE TABLE turn_boundaries (
+            space_id VARCHAR NOT NULL,
+            turn_id VARCHAR NOT NULL,
+            new BOOLEAN NOT NULL,               -- NEW (true) or SAME
+            confidence DOUBLE NOT NULL,
+            created_at TIMESTAMP NOT NULL,
+            PRIMARY KEY (space_id, turn_id)
+        );
+        """,
+    ),
 )

@@ -2,8 +2,9 @@
 
 Flow (DESIGN section 6):
 - `assign(space)` runs after each ingested turn: the unassigned chunks, oldest first, are grouped
-  into turns and each turn joins the open task or starts a new one (rules in task_rules.py; the
-  LLM is asked only when the rules cannot tell, one small call per decision).
+  into turns and each turn joins the open task or starts a new one (rules in rules.py). When the
+  rules cannot tell, the verdict the ingest call stored for the turn decides (boundary.py); only
+  without one (the turn went raw) is the LLM asked here, one small call per decision.
 - A task closes when the next one starts, or from the scheduler (`close_idle`) once idle 2 h.
   Closing applies the skip rules; a kept task gets one LLM summary, stored in `tasks.summary`
   and as a `memories` row of kind 'task' with the task's id, so recall finds it.
@@ -35,6 +36,7 @@ from memory.prompts import (
     TASK_SUMMARY_USER,
 )
 from memory.store.connection import Conn, Store
+from memory.tasks.boundary import fold_step, forget_verdicts, stored_verdicts
 from memory.tasks.rules import (
     ChunkInfo,
     Language,
@@ -264,16 +266,22 @@ class TaskProcessor:
 
     # --- assignment ------------------------------------------------------------------------
     async def _assign_locked(self, space_id: str) -> None:
-        chunks = await self.store.aread(lambda c: [_chunk(r) for r in c.execute(
-            f"SELECT {_CHUNK_COLUMNS} FROM memories WHERE space_id = ? AND kind = 'chunk' AND status = 'active' "
-            "AND task_id IS NULL ORDER BY created_at, seq", [space_id]).fetchall()])
+        def load(c: Conn) -> tuple[list[ChunkInfo], dict[str, Verdict]]:
+            chunks = [_chunk(r) for r in c.execute(
+                f"SELECT {_CHUNK_COLUMNS} FROM memories WHERE space_id = ? AND kind = 'chunk' AND status = 'active' "
+                "AND task_id IS NULL ORDER BY created_at, seq", [space_id]).fetchall()]
+            return chunks, stored_verdicts(c, space_id, list({x.turn_id for x in chunks if x.turn_id}))
+
+        chunks, verdicts = await self.store.aread(load)
         if not chunks:
             return
         task = await self._load_open(space_id)
         for turn in group_turns(chunks):
             step = boundary_step(task.rules_view() if task else None, turn, self.settings.idle_gap)
             if step.action == "ask" and task is not None:
-                step = await self._judge(task, turn)
+                # The ingest call's verdict when it gave one; the separate judge otherwise.
+                folded = verdicts.get(turn.chunks[0].turn_id or "")
+                step = fold_step(folded, self.settings.second_look_below) if folded else await self._judge(task, turn)
             if step.action == "new":
                 if task is not None:
                     await self._mark_closed(task.id, utc_naive(turn.started_at))
@@ -310,7 +318,7 @@ class TaskProcessor:
                 "VALUES (?, ?, ?, 'open', ?, ?, ?, ?)",
                 [task.id, space_id, turn.session_id, first_user, len(turn.chunks), utc_naive(turn.started_at),
                  task.last_at])
-            self._link(c, task.id, turn)
+            self._link(c, task.id, task.space_id, turn)
 
         await self.store.awrite(write)
         return task
@@ -325,14 +333,17 @@ class TaskProcessor:
             c.execute(
                 "UPDATE tasks SET chunk_count = chunk_count + ?, last_at = ?, first_user_text = ? WHERE id = ?",
                 [len(turn.chunks), task.last_at, task.first_user_text, task.id])
-            self._link(c, task.id, turn)
+            self._link(c, task.id, task.space_id, turn)
 
         await self.store.awrite(write)
 
     @staticmethod
-    def _link(c: Conn, task_id: str, turn: Turn) -> None:
+    def _link(c: Conn, task_id: str, space_id: str, turn: Turn) -> None:
         c.execute("UPDATE memories SET task_id = ? WHERE id IN (SELECT unnest(?))",
                   [task_id, [x.id for x in turn.chunks]])
+        turn_ids = list({x.turn_id for x in turn.chunks if x.turn_id})
+        if turn_ids:
+            forget_verdicts(c, space_id, turn_ids)
 
     # --- the boundary judge ----------------------------------------------------------------
     async def _judge(self, task: _Open, turn: Turn) -> Step:

@@ -32,7 +32,27 @@ def turn_answer(user_prompt: str) -> dict:
                       "intent": "query" if is_query else "statement", "from": [n]})
     dedup = [{"message": int(m), "verdict": "NEW", "target": None, "merged": None}
              for m in re.findall(r"message (\d+) resembles", user_prompt)]
-    return {"titles": titles, "dedup": dedup, "facts": facts}
+    # Folded reconciliation: decided against KNOWN FACTS the way reconcile_answer decides.
+    known = {text.strip().lower(): int(i) for i, text in
+             re.findall(r"^\[(\d+)\] \([^)]*\) (.*)$", _section(user_prompt, "KNOWN FACTS", "CURRENT TASK"), re.M)}
+    for f in facts:
+        if f["text"].strip().lower() in known:
+            f["known"], f["action"] = known[f["text"].strip().lower()], "NOOP"
+    answer = {"titles": titles, "dedup": dedup, "facts": facts}
+    if "CURRENT TASK" in user_prompt:
+        answer["task"] = boundary_answer(user_prompt)
+    return answer
+
+
+def boundary_answer(user_prompt: str) -> dict:
+    """The boundary verdict, as the separate judge prompt is answered below."""
+    return {"verdict": "SAME", "confidence": 0.9}
+
+
+def batch_answer(user_prompt: str, turn=turn_answer) -> dict:
+    """A batched ingest prompt: each "TURN k" part answered on its own."""
+    parts = re.split(r"^TURN (\d+)$", user_prompt, flags=re.M)
+    return {"turns": {k: turn(body) for k, body in zip(parts[1::2], parts[2::2])}}
 
 
 def reconcile_answer(user_prompt: str) -> dict:
@@ -57,13 +77,14 @@ def respond(request: dict) -> str:
     system = request["messages"][0]["content"] if request["messages"][0]["role"] == "system" else ""
     user = next((m["content"] for m in request["messages"] if m["role"] == "user"), "")
     if system.startswith(prompts.TURN_SYSTEM[:40]):
-        return json.dumps(turn_answer(user), ensure_ascii=False)
+        answer = batch_answer(user) if system.endswith(prompts.TURN_BATCH_NOTE) else turn_answer(user)
+        return json.dumps(answer, ensure_ascii=False)
     if system.startswith(prompts.RECONCILE_SYSTEM[:40]):
         return json.dumps(reconcile_answer(user), ensure_ascii=False)
     if system.startswith(prompts.FACTS_ONLY_SYSTEM[:40]):
         return json.dumps({"facts": turn_answer(user.replace(". ", "] user: ", 1))["facts"]}, ensure_ascii=False)
     if system.startswith((prompts.TASK_BOUNDARY_SYSTEM[:40], prompts.TASK_BOUNDARY_RECHECK_SYSTEM[:40])):
-        return json.dumps({"verdict": "SAME", "confidence": 0.9})
+        return json.dumps(boundary_answer(user))
     if system.startswith(prompts.TASK_SUMMARY_SYSTEM[:40]):
         first = next((line for line in user.splitlines() if line.strip()), "task")
         return json.dumps({"title": first[:60], "goal": first[:120], "steps": [], "result": "done", "details": []},

@@ -38,6 +38,14 @@ def engine(store, embedder, llm, clock, tmp_path):
                         ingest_settings=IngestSettings(backoff_seconds=60, max_attempts=3))
 
 
+@pytest.fixture
+def separate(store, embedder, llm, clock, tmp_path):
+    """An engine that always reconciles in the separate call (the path of facts the ingest call
+    was not shown, and of `fold_reconcile = False`)."""
+    return MemoryEngine(store, embedder, llm, data_dir=tmp_path, clock=clock.now,
+                        ingest_settings=IngestSettings(backoff_seconds=60, max_attempts=3, fold_reconcile=False))
+
+
 _turns = iter(range(10_000))
 
 
@@ -68,7 +76,8 @@ async def test_add_without_candidates_is_one_call_with_provenance(engine, fake_l
     assert src == [("user", "I live in Berlin with my cat.")]
 
 
-async def test_update_archives_old_fact_and_shows_small_ids_and_ages(engine, fake_llm, clock):
+async def test_update_archives_old_fact_and_shows_small_ids_and_ages(separate, fake_llm, clock):
+    engine = separate
     fake_llm.script(turn_answer([fact("Alice lives in Berlin")]))
     await say(engine, clock, "I live in Berlin.")
     clock.advance(days=3)
@@ -87,7 +96,8 @@ async def test_update_archives_old_fact_and_shows_small_ids_and_ages(engine, fak
     assert n_sources == 2
 
 
-async def test_delete_marks_deleted_but_pinned_survives(engine, fake_llm, clock):
+async def test_delete_marks_deleted_but_pinned_survives(separate, fake_llm, clock):
+    engine = separate
     pinned = await engine.remember("Alice is vegetarian", "u:alice", pinned=True)
     fake_llm.script(turn_answer([fact("Alice is a vegetarian now")]))
     fake_llm.script(json.dumps({"decisions": [{"new": "a", "action": "NOOP"}]}))
@@ -110,7 +120,8 @@ async def test_delete_marks_deleted_but_pinned_survives(engine, fake_llm, clock)
     assert status[other.id] == "deleted" and status[pinned.id] == "active"
 
 
-async def test_update_of_pinned_fact_adds_beside_it(engine, fake_llm, clock):
+async def test_update_of_pinned_fact_adds_beside_it(separate, fake_llm, clock):
+    engine = separate
     pinned = await engine.remember("Alice's sister is called Jane", "u:alice", pinned=True)
     fake_llm.script(turn_answer([fact("Alice's sister Jane lives in Rome")]),
                     json.dumps({"decisions": [{"new": "a", "action": "UPDATE", "target": 1, "text": "Alice's sister is Jane, she lives in Rome"}]}))

@@ -24,30 +24,36 @@ from memory.store.rows import utc_naive
 from tests.fakes.llm_server import Delay
 
 LABEL = re.compile(r"note (\w+)-(\d+):")
+ASKED = re.compile(r"^\[\d+\] user: note (\w+)-(\d+):", re.M)  # a turn's own message, not a duplicate candidate
 
 
 class Ledger:
-    """What the fake memory model saw: when each turn's ingest call started and finished."""
+    """What the fake memory model saw: when each ingest call started and finished, and the
+    turns it carried (one, or several of one space in a batched call)."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self.events: list[tuple[str, str, int]] = []  # ("start" | "done", space, turn number)
+        self.events: list[tuple[str, str, tuple[int, ...]]] = []  # ("start" | "done", space, turn numbers)
 
     def respond(self, req: dict):
         content = req["messages"][0]["content"]
         if not content.startswith(prompts.TURN_SYSTEM[:40]):
             return "OK"
-        space, n = LABEL.search(req["messages"][1]["content"]).groups()
-        self.events.append(("start", space, int(n)))
+        labels = ASKED.findall(req["messages"][1]["content"])
+        space, ns = labels[0][0], tuple(int(n) for _, n in labels)
+        assert {s for s, _ in labels} == {space}, labels  # a batch never mixes spaces
+        self.events.append(("start", space, ns))
+        empty = {"titles": {}, "dedup": [], "facts": []}
+        batched = content.endswith(prompts.TURN_BATCH_NOTE)
 
         def done(_req: dict) -> str:
-            self.events.append(("done", space, int(n)))
-            return json.dumps({"titles": {}, "dedup": [], "facts": []})
+            self.events.append(("done", space, ns))
+            return json.dumps({"turns": {str(k): empty for k in range(1, len(ns) + 1)}} if batched else empty)
 
         return Delay(self.seconds, done)
 
     def starts(self, space: str) -> list[int]:
-        return [n for kind, s, n in self.events if kind == "start" and s == space]
+        return [n for kind, s, ns in self.events if kind == "start" and s == space for n in ns]
 
     def max_in_flight(self) -> int:
         live = best = 0
@@ -81,15 +87,16 @@ def queue(store: Store, clock, order: list[str]) -> dict[str, list[int]]:
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(order=st.lists(st.sampled_from(["amy", "bob", "cyd"]), min_size=1, max_size=7),
-       workers=st.integers(1, 4), per_space=st.integers(1, 3))
+       workers=st.integers(1, 4), per_space=st.integers(1, 3), batch_tokens=st.sampled_from([1, 60, 2000]))
 async def test_each_space_is_ingested_in_queue_order_whatever_the_interleaving(
-        order, workers, per_space, tmp_path_factory, embedder, llm, fake_llm, clock):
+        order, workers, per_space, batch_tokens, tmp_path_factory, embedder, llm, fake_llm, clock):
     ledger = Ledger(0.02)
     fake_llm.responder = ledger.respond
     store = Store(tmp_path_factory.mktemp("pool") / "m.duckdb", 384)
     try:
         engine = MemoryEngine(store, embedder, llm, clock=clock.now,
-                              ingest_settings=IngestSettings(workers=workers, per_space=per_space, batch=2))
+                              ingest_settings=IngestSettings(workers=workers, per_space=per_space, batch=2,
+                                                             batch_tokens=batch_tokens))
         numbers = queue(store, clock, order)
         assert await engine.worker.drain() == len(order)
         for space, expected in numbers.items():
@@ -163,7 +170,8 @@ async def test_sigkill_mid_batch_ingests_every_turn_exactly_once(tmp_path, embed
 
     fake_llm.responder = respond
     child = Path(__file__).with_name("ingest_child.py")
-    proc = await asyncio.create_subprocess_exec(sys.executable, str(child), str(db), fake_llm.base_url, "4",
+    # One turn per call (a budget no turn fits with another): the batched case is the next test.
+    proc = await asyncio.create_subprocess_exec(sys.executable, str(child), str(db), fake_llm.base_url, "4", "1",
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         for _ in range(3000):  # the first turn of each space done, the second ones in flight
@@ -187,7 +195,8 @@ async def test_sigkill_mid_batch_ingests_every_turn_exactly_once(tmp_path, embed
     fake_llm.responder = respond_now
     store = Store(db, 384)
     try:
-        engine = MemoryEngine(store, embedder, llm, clock=clock.now, ingest_settings=IngestSettings(workers=4))
+        engine = MemoryEngine(store, embedder, llm, clock=clock.now,
+                              ingest_settings=IngestSettings(workers=4, batch_tokens=1))
         await engine.worker.drain()
         rows = store.read(lambda c: c.execute(
             "SELECT kind, text, count(*) FROM memories WHERE status = 'active' AND role IS DISTINCT FROM 'assistant' "
