@@ -2,8 +2,9 @@
 agent, litellm and DuckDB against the fake OpenAI-compatible server (tests/fakes/brain.py
 answers memgate's prompts like a careful model).
 
-Prints LLM calls and tokens per turn by purpose (reply, ingest, task), tokens injected per
-recall, and the time a turn spends outside the LLM (recall, prompt building, capture).
+Prints LLM calls and tokens per turn by purpose (reply; memory: ingest, reconcile, task_boundary
+when the separate judge is asked), the memory total against issue 13's targets, tokens injected
+per recall, and the time a turn spends outside the LLM (recall, prompt building, capture).
 
     python bench/turn_cost.py
 """
@@ -67,14 +68,18 @@ async def main() -> int:
                       if r["messages"][0]["content"].startswith("You are") and MEMORY_OPEN in r["messages"][0]["content"]]
         n = len(CONVERSATION)
         print(f"\nTurn cost over a scripted {n}-turn conversation (fake LLM, real litellm, DuckDB, e5 embeddings)")
-        print(f"{'purpose':<10}{'calls/turn':>12}{'prompt tok/turn':>18}{'completion tok/turn':>22}")
+        print(f"{'purpose':<14}{'calls/turn':>12}{'prompt tok/turn':>18}{'completion tok/turn':>22}")
         rows = [("reply", usage)] + [(name, mem_usage) for name in sorted(mem_usage.calls)]
         for name, u in rows:
             calls = u.calls.get(name, 0)
-            print(f"{name:<10}{calls / n:>12.2f}{u.prompt_tokens.get(name, 0) / n:>18.0f}{u.completion_tokens.get(name, 0) / n:>22.0f}")
+            print(f"{name:<14}{calls / n:>12.2f}{u.prompt_tokens.get(name, 0) / n:>18.0f}{u.completion_tokens.get(name, 0) / n:>22.0f}")
+        mem_calls = mem_usage.total_calls()
+        mem_tokens = mem_usage.total_tokens()
+        print(f"{'memory':<14}{mem_calls / n:>12.2f}{'':>18}{mem_tokens / n:>22.0f} (prompt + completion; "
+              f"target <= 1.1 calls, <= 600 tokens)")
         total_calls = usage.total_calls() + mem_usage.total_calls()
         total_tokens = usage.total_tokens() + mem_usage.total_tokens()
-        print(f"{'all':<10}{total_calls / n:>12.2f}{'':>18}{total_tokens / n:>22.0f} (prompt + completion)")
+        print(f"{'all':<14}{total_calls / n:>12.2f}{'':>18}{total_tokens / n:>22.0f} (prompt + completion)")
         print(f"injected memory block: mean {statistics.mean(estimate_tokens(b) for b in blocks) if blocks else 0:.0f} tokens "
               f"over {len(blocks)} turns with memories")
         outside = sorted(r.timings_ms["outside_llm"] for r in results)

@@ -56,6 +56,7 @@ class MemoryConfig(_Section):
     max_ingest_attempts: int = Field(3, ge=1, le=20)
     max_facts_per_turn: int = Field(20, ge=1, le=50)
     ingest_workers: int = Field(4, ge=1, le=64)  # spaces ingested at once (each space's turns stay in order)
+    ingest_batch_tokens: int = Field(2000, ge=1, le=64_000)  # a space's queued turns share one LLM call up to this
     embed_piece_chars: int = Field(2000, ge=200, le=32_000)
     embed_max_pieces: int = Field(4, ge=1, le=64)
 

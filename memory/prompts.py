@@ -32,7 +32,7 @@ TURN_NEEDS_TITLE = "NEEDS TITLE: {numbers}"
 TURN_KNOWN_FACTS = """KNOWN FACTS (id, age): a fact repeating, changing or cancelling one gets "known": id, "action": "NOOP" (known), "UPDATE" (text = the fact as it now reads, keeping still-true details) or "DELETE" (no longer true). Newer wins.
 {facts}"""
 
-TURN_TASK = """CURRENT TASK (first request, latest user lines)
+TURN_TASK = """CURRENT TASK
 {gist}"""
 
 TURN_BATCH_NOTE = """

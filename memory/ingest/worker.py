@@ -406,7 +406,7 @@ class IngestWorker:
             prompts.RECONCILE_SYSTEM,
             prompts.RECONCILE_USER.format(existing=F.render_existing(plan.existing, self._clock()),
                                           new=F.render_new(new_facts)),
-            F.ReconcileAnswer, purpose="ingest")
+            F.ReconcileAnswer, purpose="reconcile")
         return plan, rec.decisions
 
     def _near_duplicates(self, con: Conn, space_id: str, live: Sequence[_Draft]) -> None:

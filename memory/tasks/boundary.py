@@ -3,8 +3,8 @@
 The ingest call already reads the turn, so it also answers SAME / NEW for the turn's user
 message when an open task exists and the rules cannot decide (rules.boundary_step says "ask").
 This module holds what that needs and nothing else:
-- `TaskGist`: the open task as the ingest call is shown it (first request + the last few user
-  lines, trimmed), and the rules' view of it;
+- `TaskGist`: the open task as the ingest call is shown it (first request + its last few
+  messages, trimmed), and the rules' view of it;
 - `gist_for` (read) and `store_verdicts` / `stored_verdicts` / `forget_verdicts` (the
   `turn_boundaries` side table, written in the transaction that writes the turn's chunks, so a
   crash between ingest and task assignment neither loses nor duplicates a verdict);
@@ -26,7 +26,8 @@ from memory.text import redact, trim
 
 FIRST_CHARS = 200     # of the task's first request
 LINE_CHARS = 150      # of each recent user line
-RECENT_LINES = 3
+RECENT_LINES = 3      # the task's latest messages (user and assistant: a follow-up often
+                      # picks up a word of the reply, not of the question)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +54,13 @@ def gist_for(con: Conn, space_id: str) -> TaskGist | None:
         return None
     task_id, session_id, last_at, first = row
     said = con.execute(
-        "SELECT text FROM memories WHERE space_id = ? AND kind = 'chunk' AND role = 'user' AND status = 'active' "
-        "AND (task_id = ? OR task_id IS NULL) ORDER BY created_at DESC, seq DESC LIMIT ?",
+        "SELECT role, text FROM memories WHERE space_id = ? AND kind = 'chunk' AND role IN ('user', 'assistant') "
+        "AND status = 'active' AND (task_id = ? OR task_id IS NULL) ORDER BY created_at DESC, seq DESC LIMIT ?",
         [space_id, task_id, RECENT_LINES]).fetchall()
     latest = con.execute(
         "SELECT max(created_at) FROM memories WHERE space_id = ? AND kind = 'chunk' AND task_id IS NULL",
         [space_id]).fetchone()[0]
-    recent = tuple(trim(redact(t), LINE_CHARS) for (t,) in reversed(said))
+    recent = tuple(_line(r, t) for r, t in reversed(said))
     view = OpenTask(session_id, max(last_at, latest) if latest else last_at, first is not None)
     return TaskGist(task_id, view, trim(redact(first or ""), FIRST_CHARS), recent)
 
@@ -70,13 +71,17 @@ def next_gist(gist: TaskGist | None, turn: Turn, step: Step) -> TaskGist | None:
     Either way the next turn's open task ends with `turn` and lies in its session; once asked,
     both sides had a user message, so it has one too. The shown lines gain the turn's own.
     """
-    said = tuple(trim(redact(c.text), LINE_CHARS) for c in turn.chunks if c.role == "user")
+    said = tuple(_line(c.role, c.text) for c in turn.chunks if c.role in ("user", "assistant"))
+    first = next((trim(redact(c.text), FIRST_CHARS) for c in turn.chunks if c.role == "user"), "")
     if gist is None or step.action == "new":
         view = OpenTask(turn.session_id, turn.ended_at, turn.has_user)
-        return TaskGist(None, view, said[0] if said else "", said[-RECENT_LINES:])
+        return TaskGist(None, view, first, said[-RECENT_LINES:])
     view = OpenTask(gist.view.session_id, max(gist.view.last_at, turn.ended_at), gist.view.has_user or turn.has_user)
-    return replace(gist, view=view, first=gist.first or (said[0] if said else ""),
-                   recent=(gist.recent + said)[-RECENT_LINES:])
+    return replace(gist, view=view, first=gist.first or first, recent=(gist.recent + said)[-RECENT_LINES:])
+
+
+def _line(role: str, text: str) -> str:
+    return f"{role}: {trim(redact(text), LINE_CHARS)}"
 
 
 def wants_verdict(gist: TaskGist | None, turn: Turn, gap: timedelta) -> Step:
@@ -85,9 +90,9 @@ def wants_verdict(gist: TaskGist | None, turn: Turn, gap: timedelta) -> Step:
 
 
 def render_gist(gist: TaskGist) -> str:
-    """The CURRENT TASK lines of the ingest prompt (the first request, then the latest user lines)."""
-    lines = [f"- {gist.first}"] if gist.first else []
-    lines += [f"- {t}" for t in gist.recent if t != gist.first]
+    """The CURRENT TASK lines of the ingest prompt: the first request, then the latest messages."""
+    lines = [f"first request: {gist.first}"] if gist.first else []
+    lines += [t for t in gist.recent if t != f"user: {gist.first}"]
     return "\n".join(lines)
 
 
