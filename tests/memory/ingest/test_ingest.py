@@ -253,3 +253,63 @@ async def test_a_turns_first_message_is_embedded_with_the_sessions_previous_mess
     assert np.allclose(got[rows["Booked."]], expected("Booked.", "Great, book it for me.", "user"), atol=1e-5)
     assert np.allclose(got[rows["Hello again."]], expected("Hello again.", None, None), atol=1e-5)
     assert np.allclose(got[rows["Which day is the pottery class?"]], expected("Which day is the pottery class?", None, None), atol=1e-5)
+
+
+def known_id(req: dict, text: str) -> int:
+    """The id the ingest call's KNOWN FACTS section shows `text` under (fails if not shown)."""
+    section = user_of(req).split("KNOWN FACTS", 1)[1]
+    line = next(ln for ln in section.splitlines() if ln.endswith(f") {text}"))
+    return int(line[1:line.index("]")])
+
+
+async def test_the_ingest_call_reconciles_against_the_facts_it_is_shown(engine, fake_llm, clock):
+    """Found: a turn whose facts had close stored facts paid a second call (0.3 calls a turn on
+    turn_cost). The close facts now ride along in the ingest call as KNOWN FACTS with small ids
+    and ages; its UPDATE / NOOP / DELETE are applied as the reconcile call's were. (One stored
+    fact per space here, so each turn's close facts are exactly the ones shown.)"""
+    berlin = await engine.remember("Alice lives in Berlin", "u:a1")
+    pinned = await engine.remember("Alice is vegetarian", "u:a2", pinned=True)
+    coffee = await engine.remember("Alice drinks coffee every morning", "u:a3")
+    clock.advance(days=3)
+
+    def update(req):
+        assert "(3 days ago) Alice lives in Berlin" in user_of(req)
+        return turn_answer([{**fact("Alice lives in Munich (moved from Berlin)"), "known": known_id(req, "Alice lives in Berlin"),
+                             "action": "UPDATE"}])
+
+    fake_llm.script(update)
+    await say(engine, clock, "Alice lives in Munich now, she moved from Berlin.", space="u:a1")
+    assert fake_llm.calls == 1  # no second call: the call saw every close fact
+    rows = {r[0]: r for r in facts_of(engine, space="u:a1")}
+    assert rows[berlin.id][2] == "archived"
+    new = next(r for r in rows.values() if r[1] == "Alice lives in Munich (moved from Berlin)")
+    assert new[2] == "active" and rows[berlin.id][3] == new[0]
+    assert not re.search(r"\b[fct]_[0-9a-f]{12}\b", user_of(fake_llm.requests[0]))  # small ids only, never ours
+
+    fake_llm.script(lambda req: turn_answer([{**fact("Alice is vegetarian"), "known": known_id(req, "Alice is vegetarian"),
+                                              "action": "NOOP"}]))
+    await say(engine, clock, "Alice is vegetarian, as you know.", space="u:a2")
+    assert [r[1] for r in facts_of(engine, space="u:a2")] == ["Alice is vegetarian"]  # NOOP: no copy
+    fake_llm.script(lambda req: turn_answer([
+        {**fact("Alice is no longer vegetarian"), "known": known_id(req, "Alice is vegetarian"), "action": "DELETE"}]))
+    await say(engine, clock, "Alice is no longer vegetarian.", space="u:a2")
+    fake_llm.script(lambda req: turn_answer([
+        {**fact("Alice no longer drinks coffee"), "known": known_id(req, "Alice drinks coffee every morning"),
+         "action": "DELETE"}]))
+    await say(engine, clock, "Alice no longer drinks coffee every morning.", space="u:a3")
+    assert fake_llm.calls == 4
+    assert facts_of(engine, space="u:a2")[0][2] == "active"  # pinned: never deleted
+    assert facts_of(engine, space="u:a3")[0][2] == "deleted"
+
+
+async def test_a_close_fact_the_call_was_not_shown_still_gets_the_reconcile_call(engine, fake_llm, clock):
+    """The user's message is far from a stored fact its extracted fact is close to (the probe
+    missed it): the separate reconcile call decides, as before."""
+    await engine.remember("Alice lives in Berlin", "u:alice")
+    fake_llm.script(turn_answer([fact("Alice lives in Munich")]),
+                    json.dumps({"decisions": [{"new": "a", "action": "UPDATE", "target": 1,
+                                               "text": "Alice lives in Munich (moved from Berlin)"}]}))
+    await say(engine, clock, "I moved last week.")
+    assert "KNOWN FACTS" not in user_of(fake_llm.requests[0])
+    assert system_of(fake_llm.requests[1]).startswith("You keep a person's fact list correct")
+    assert [r[1] for r in facts_of(engine, status="active")] == ["Alice lives in Munich (moved from Berlin)"]
