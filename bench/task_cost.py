@@ -8,10 +8,14 @@ OpenAI server (tests/fakes/llm_server.py) with a rule-based responder, reached t
 litellm client. Tokens are the fake server's counts (characters / 4 of the request and answer),
 so they measure prompt size, not a real tokenizer.
 
+With --folded, each turn goes through capture and the real ingest worker instead of being stored
+directly: the ingest call (answered by the same rules) carries the boundary verdict, so the
+boundary column stays 0 and the run total shows the ingest calls instead.
+
 Prints LLM calls and tokens per closed task and per skill decision, then the SKILL.md versions
 the run produced.
 
-    python bench/task_cost.py
+    python bench/task_cost.py [--folded]
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from memory import prompts  # noqa: E402
 from memory.embed import LocalE5Embedder  # noqa: E402
+from memory.engine import MemoryEngine  # noqa: E402
+from memory.ingest.capture import CapturedTurn, TurnMessage  # noqa: E402
 from memory.llm import LiteLLM, LLMSettings  # noqa: E402
 from memory.store.rows import NewMemory, insert_memories, new_id  # noqa: E402
 from memory.tasks.skill_files import kebab_name, parse_skill_md  # noqa: E402
@@ -37,6 +44,7 @@ from memory.tasks.skills import SkillEvolver  # noqa: E402
 from memory.store.connection import Store  # noqa: E402
 from memory.tasks.processor import TaskProcessor  # noqa: E402
 from memory.text import STOPWORDS, tokenize, trim  # noqa: E402
+from tests.fakes import brain  # noqa: E402
 from tests.fakes.clock import FakeClock  # noqa: E402
 from tests.fakes.llm_server import FakeLLM  # noqa: E402
 
@@ -206,9 +214,28 @@ def upgrade(user: str) -> dict:
             "commands": [*old.commands, *new_cmds], "prerequisites": [*old.prerequisites, "a working MAILTO address"]}
 
 
+_ASKED = re.compile(r"^\[\d+\] user: (.*)$", re.M)
+
+
+def ingest_answer(turn_prompt: str) -> dict:
+    """The ingest call (--folded): titles and facts as tests/fakes/brain.py gives them, and the
+    task verdict from `judge` on what the prompt shows of the current task."""
+    answer = brain.turn_answer(turn_prompt)
+    if "CURRENT TASK" in turn_prompt:
+        gist = turn_prompt.split("CURRENT TASK", 1)[1].split("\n", 1)[1]
+        said = "\n".join(f"user: {m}" for m in _ASKED.findall(turn_prompt))
+        answer["task"] = judge(prompts.TASK_BOUNDARY_SYSTEM, f"CURRENT TASK\n{gist}\n\nNEW MESSAGE\n{said}")
+    return answer
+
+
 def responder(body: dict) -> str:
     system, user = body["messages"][0]["content"], body["messages"][1]["content"]
-    if "split a chat into tasks" in system or "Look again" in system:
+    if system.startswith(prompts.TURN_SYSTEM[:40]):
+        answer = (brain.batch_answer(user, turn=ingest_answer) if system.endswith(prompts.TURN_BATCH_NOTE)
+                  else ingest_answer(user))
+    elif system.startswith(prompts.RECONCILE_SYSTEM[:40]):
+        answer = brain.reconcile_answer(user)
+    elif "split a chat into tasks" in system or "Look again" in system:
         answer = judge(system, user)
     elif system.startswith("You summarise one finished task"):
         answer = summarise(user)
@@ -260,13 +287,15 @@ def store_turn(store: Store, embedder, user: str, answer: str, at: datetime, ses
     store.write(lambda c: insert_memories(c, rows, vectors))
 
 
-async def run() -> None:
+async def run(folded: bool = False) -> None:
     clock = FakeClock(DAY1)
     embedder = LocalE5Embedder()
     with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "m.duckdb", embedder.dim) as store:
         async with FakeLLM(responder=responder) as fake:
             llm = LiteLLM(LLMSettings(model="openai/fake-model", api_base=fake.base_url, retries=0, timeout=30))
             proc = TaskProcessor(store, embedder, llm, clock=clock.now)
+            engine = MemoryEngine(store, embedder, llm, clock=clock.now)
+            engine.worker.on_ingested, engine.worker.task_gap = proc.assign, proc.settings.idle_gap
             evolver = SkillEvolver(store, embedder, llm, Path(tmp), clock=clock.now)
             tasks: dict[str, TaskRow] = {}
             decisions: list[tuple[str, str, Cost, Cost]] = []
@@ -287,9 +316,15 @@ async def run() -> None:
                     clock.set(at)
                     open_before = store.read(lambda c: c.execute(
                         "SELECT id FROM tasks WHERE status = 'open' AND closed_at IS NULL").fetchone())
-                    store_turn(store, embedder, user, answer, at, ep.session)
                     before = snapshot(llm)
-                    await proc.assign(SPACE)
+                    if folded:  # through capture and the ingest worker, whose call gives the verdict
+                        await engine.capture(CapturedTurn(
+                            space_id=SPACE, session_id=ep.session, turn_id=new_id("turn"), created_at=at,
+                            messages=(TurnMessage("user", user), TurnMessage("assistant", answer))))
+                        await engine.worker.drain()
+                    else:
+                        store_turn(store, embedder, user, answer, at, ep.session)
+                        await proc.assign(SPACE)
                     after = snapshot(llm)
                     if open_before:
                         tasks[open_before[0]].boundary += delta(before, after, "task_boundary")
@@ -355,4 +390,4 @@ async def show_skills(evolver: SkillEvolver) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(run())
+    asyncio.run(run(folded="--folded" in sys.argv[1:]))

@@ -10,7 +10,6 @@ e5; the scripted episodes are those of bench/task_cost.py.
 from __future__ import annotations
 
 import json
-import re
 import unicodedata
 from datetime import timedelta
 
@@ -23,30 +22,12 @@ from memory.store.connection import Store
 from memory.tasks.processor import TaskProcessor
 from tests.fakes import brain
 
-_MESSAGE = re.compile(r"^\[\d+\] user: (.*)$", re.M)
-
-
 def folded_responder(req: dict) -> str:
-    """bench/task_cost.py's model, answering the ingest call too: titles and facts as the brain
-    fake does, and the task verdict with the same judge on what the prompt shows."""
-    system, user = req["messages"][0]["content"], req["messages"][1]["content"]
-    if not system.startswith(prompts.TURN_SYSTEM[:40]):
-        if system.startswith(prompts.TASK_BOUNDARY_SYSTEM[:40]):
-            raise AssertionError("the separate judge was asked although the ingest call answered")
-        return task_cost.responder(req)
-
-    def one(turn_prompt: str) -> dict:
-        answer = brain.turn_answer(turn_prompt)
-        if "CURRENT TASK" in turn_prompt:
-            gist = turn_prompt.split("CURRENT TASK", 1)[1].split("\n", 1)[1]
-            said = "\n".join(f"user: {m}" for m in _MESSAGE.findall(turn_prompt))
-            answer["task"] = task_cost.judge(prompts.TASK_BOUNDARY_SYSTEM,
-                                             f"CURRENT TASK\n{gist}\n\nNEW MESSAGE\n{said}")
-        return answer
-
-    if system.endswith(prompts.TURN_BATCH_NOTE):
-        return json.dumps(brain.batch_answer(user, turn=one), ensure_ascii=False)
-    return json.dumps(one(user), ensure_ascii=False)
+    """bench/task_cost.py's model (it answers the ingest call too, with the same judge on what the
+    prompt shows); the separate judge must not be asked."""
+    if req["messages"][0]["content"].startswith(prompts.TASK_BOUNDARY_SYSTEM[:40]):
+        raise AssertionError("the separate judge was asked although the ingest call answered")
+    return task_cost.responder(req)
 
 
 def membership(store: Store) -> list[tuple[str, list[str]]]:
