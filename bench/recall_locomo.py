@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.progress import progress, require_file  # noqa: E402
 from memory.embed import LocalE5Embedder  # noqa: E402
 from memory.store.keywords import rebuild_index  # noqa: E402
 from memory.ingest.raw import RawMessage, index_text, store_raw  # noqa: E402
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dump", default=None, help="write one JSON line per question (category, gold, found ids)")
     args = ap.parse_args(argv)
 
-    data = json.loads(Path(args.data).read_text())
+    data = json.loads(require_file(args.data, "locomo10.json").read_text())
     settings = RecallSettings()
     if args.half_life is not None:
         settings = replace(settings, half_life_days=args.half_life)
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     convs = []
     n_turns = 0
-    for conv in data:
+    for conv in progress(data, "ingest (conversations)"):
         space = f"locomo:{conv['sample_id']}"
         msgs, _, last = load_turns(conv, space)
         if not reuse:
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     dump = open(args.dump, "w") if args.dump else None
     latencies: list[float] = []
     block_tokens: list[int] = []
-    for conv, space, known, last in convs:
+    for conv, space, known, last in progress(convs, "questions (conversations)"):
         now = last + timedelta(days=1)
         qas = [q for q in conv["qa"] if normalise_evidence(q.get("evidence", []), known)]
         if args.limit_questions:

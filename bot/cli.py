@@ -208,8 +208,11 @@ def cmd_memory(settings: Settings, args) -> int:
             if not found:
                 print("nothing found")
         elif args.action == "list":
-            for m in op.list(args.space, args.kind, args.limit, user=args.user):
+            listed = op.list(args.space, args.kind, args.limit, user=args.user)
+            for m in listed:
                 print(format_memory_line(m))
+            if not listed:
+                print("no memories")
         elif args.action == "export":
             _export(op, args)
         else:
@@ -334,8 +337,11 @@ def cmd_doctor(settings: Settings, args) -> int:
 def cmd_pairing(settings: Settings, args) -> int:
     with _operator(settings) as op:
         if args.action == "list":
-            for p in op.pending():
+            pending = op.pending()
+            for p in pending:
                 print(f"{p.code}  {p.identity}  {p.display_name}")
+            if not pending:
+                print("no pending pairing requests")
         elif args.action == "approve":
             person = op.approve(args.code)
             print(f"approved {person.identity} as {person.role}")
@@ -432,16 +438,17 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("run", help="start every enabled channel").set_defaults(func=cmd_run)
     m = sub.add_parser("memory", help="search, list, export or import memories")
     msub = m.add_subparsers(dest="action", required=True)
-    s = msub.add_parser("search")
-    s.add_argument("query", nargs="+")
-    s.add_argument("--limit", type=int, default=10)
-    ls = msub.add_parser("list")
-    ls.add_argument("--kind", action="append", default=None, choices=["fact", "chunk", "task", "skill"])
-    ls.add_argument("--limit", type=int, default=50)
-    ex = msub.add_parser("export")
-    ex.add_argument("file", nargs="?", default="-")
+    s = msub.add_parser("search", help="hybrid search, best first, with scores")
+    s.add_argument("query", nargs="+", help="what to look for (several words are one query)")
+    s.add_argument("--limit", type=int, default=10, help="at most this many results (default 10)")
+    ls = msub.add_parser("list", help="the newest memories")
+    ls.add_argument("--kind", action="append", default=None, choices=["fact", "chunk", "task", "skill"],
+                    help="only this kind (repeat for several; default: fact)")
+    ls.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    ex = msub.add_parser("export", help="one JSON line per live memory")
+    ex.add_argument("file", nargs="?", default="-", help="write to this file (default: - for standard output)")
     im = msub.add_parser("import", help="import an export (ids kept: running it again adds nothing)")
-    im.add_argument("file")
+    im.add_argument("file", help="a file written by memgate memory export")
     for sp in (s, ls, ex, im):
         who = sp.add_mutually_exclusive_group()
         who.add_argument("--user", help="the person (as in memgate chat --user NAME, or channel:id)")
@@ -450,14 +457,14 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("reembed", help="re-embed every memory with the configured model").set_defaults(func=cmd_reembed)
     sub.add_parser("doctor", help="check the installation").set_defaults(func=cmd_doctor)
     pa = sub.add_parser("pairing", help="pending DM pairing requests")
-    pa.add_argument("action", choices=["list", "approve", "deny"])
-    pa.add_argument("code", nargs="?")
+    pa.add_argument("action", choices=["list", "approve", "deny"], help="list the waiting requests, approve or deny one")
+    pa.add_argument("code", nargs="?", help="the pairing code the person was given (approve, deny)")
     pa.set_defaults(func=cmd_pairing)
     pu = sub.add_parser("public", help="list, add, edit or forget the public (shared) memories")
-    pu.add_argument("action", choices=["list", "add", "edit", "forget"])
+    pu.add_argument("action", choices=["list", "add", "edit", "forget"], help="what to do with the public memories")
     pu.add_argument("id", nargs="?", help="the memory id (edit, forget); for add, the first word of the text")
     pu.add_argument("words", nargs="*", help="the text (add, edit)")
-    pu.add_argument("--limit", type=int, default=50)
+    pu.add_argument("--limit", type=int, default=50, help="list: at most this many (default 50)")
     pu.set_defaults(func=cmd_public)
     sub.add_parser("jobs", help="background jobs").set_defaults(func=cmd_jobs)
     k = sub.add_parser("keys", help="API keys (hashed; a key is printed once, at creation)")
@@ -475,7 +482,7 @@ def parser() -> argparse.ArgumentParser:
     kr.add_argument("prefix", help="the key's prefix as `keys list` shows it (mg_...)")
     k.set_defaults(func=cmd_keys)
     w = sub.add_parser("wechat", help="WeChat iLink bot")
-    w.add_argument("action", choices=["login"])
+    w.add_argument("action", choices=["login"], help="login: show a QR code to scan with the bot's WeChat account")
     w.set_defaults(func=cmd_wechat)
     return p
 
@@ -501,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     except MemgateError as exc:
         print(f"memgate: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        return _reader_gone()
     except OSError as exc:
         # A folder or file we must use is not usable (read-only data_dir, a file where a folder
         # should be): one line naming it, never a traceback.
@@ -509,6 +518,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _reader_gone() -> int:
+    """The reader of our output left (`memgate memory export | head -1`): that is not an error.
+
+    Python would report the failed flush of stdout again at exit; pointing stdout at /dev/null
+    first keeps the exit quiet, as `cat` or `grep` are in the same pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    return 0
 
 
 if __name__ == "__main__":

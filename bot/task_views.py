@@ -35,7 +35,9 @@ def format_tasks(tasks: Sequence[TaskView]) -> str:
             status = "closing"
         lines.append(f"{_STATUS_MARK.get(t.status, '?')} {t.id} {label} [{status}, {t.chunk_count} msgs, "
                      f"{_when(t.last_at)}]")
-    lines.append("Use task_summary with an id to read a summary.")
+    # The person reads this, not the agent: say how to ask, never the tool's name.
+    lines.append("To read a summary, ask me about a task by its id (for example: what did we decide in task "
+                 f"{tasks[0].id}?).")
     return "\n".join(lines)
 
 
