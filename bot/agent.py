@@ -61,6 +61,8 @@ class AgentSettings:
     extra_system: str = ""
     max_message_chars: int = 20_000     # what the model reads of one message (stored whole)
     max_reply_chars: int = 20_000       # longer replies are cut at a boundary, with a note
+    model_address: str = "the model server"  # shown when the model fails (never a key)
+    down_hint: str = ""                 # logged when the model fails: what to run to bring it back
 
 
 class Agent:
@@ -117,8 +119,9 @@ class Agent:
         except TimeoutError:
             reply, failed = prompts.TIMEOUT_APOLOGY, True
         except LLMError as exc:
-            log.warning("turn %s: LLM failed: %s", req.turn_id, exc)
-            reply, failed = prompts.LLM_DOWN_APOLOGY, True
+            log.warning("turn %s: LLM failed (%s): %s; %s", req.turn_id, self.settings.model_address, exc,
+                        self.settings.down_hint or "`memgate doctor` checks the model")
+            reply, failed = prompts.LLM_DOWN_APOLOGY.format(address=self.settings.model_address), True
         t_llm = time.perf_counter()
         if not failed:
             captured_msgs.append(TurnMessage("assistant", reply))

@@ -22,6 +22,7 @@ from bot.commands import Commands
 from bot.config import Settings
 from bot.gateway import Gateway, GatewaySettings
 from bot.linking import LINKING_MIGRATIONS, Linking
+from bot.model_servers import down_hint, shown_address
 from bot.pairing import Pairing
 from bot.inbox import INBOX_MIGRATIONS
 from bot.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
@@ -180,7 +181,9 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
         agent = Agent(engine, llm, tools, AgentSettings(name=a.name, max_tool_rounds=a.max_tool_rounds,
                                                         turn_timeout=a.turn_timeout, extra_system=a.system_prompt,
                                                         max_message_chars=a.max_message_chars,
-                                                        max_reply_chars=a.max_reply_chars),
+                                                        max_reply_chars=a.max_reply_chars,
+                                                        model_address=shown_address(settings.llm.api_base, settings.llm.model),
+                                                        down_hint=down_hint(settings.llm.api_base, settings.llm.model)),
                       clock=clock, observer=observers)
     gateway = Gateway(access=access, sessions=sessions, agent=agent, commands=commands, clock=clock,
                       settings=GatewaySettings(queue_size=settings.agent.queue_size,

@@ -324,11 +324,15 @@ def cmd_doctor(settings: Settings, args) -> int:
             out = await llm.complete([{"role": "user", "content": "Reply with the word OK."}], purpose="doctor", max_tokens=1)
             return out.content
 
+        from bot.model_servers import down_hint, shown_address
+
+        where = shown_address(settings.llm.api_base, settings.llm.model)
         try:
             asyncio.run(ping())
-            report(True, f"LLM {settings.llm.model or settings.llm.api_base} answers")
+            report(True, f"LLM {settings.llm.model or '(server default)'} at {where} answers")
         except Exception as exc:
-            report(False, f"LLM call failed: {str(exc)[:200]}", "check MEMGATE_LLM_MODEL / MEMGATE_LLM_API_BASE / MEMGATE_LLM_API_KEY")
+            report(False, f"LLM at {where} did not answer: {str(exc)[:200]}",
+                   down_hint(settings.llm.api_base, settings.llm.model))
     print("all good" if not problems else f"{problems} problem(s)")
     return 1 if problems else 0
 

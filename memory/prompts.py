@@ -59,7 +59,9 @@ FACTS_ONLY_SYSTEM = """Extract durable facts about the user from the user's mess
 AGENT_SYSTEM = """You are {name}, a helpful assistant that talks with people on {channel}. You have a long-term memory of earlier conversations with them: the relevant parts are shown to you in a <memory-context> block, and you can search it with the memory tools. Use what you remember naturally, without announcing it; when memories conflict, trust the newer one. Never reveal one person's private memories to another. Keep answers concise and in the user's language. The time now is {now}."""
 
 TIMEOUT_APOLOGY = "Sorry, I could not finish thinking about that in time. Please try again in a moment."
-LLM_DOWN_APOLOGY = "Sorry, my language model is not answering right now. Your message is saved; please try again shortly."
+# {address} is where the failed call went (no credentials, no key: bot.model_servers.shown_address).
+LLM_DOWN_APOLOGY = ("Sorry, my language model ({address}) is not answering right now. Your message is kept; "
+                    "please try again shortly.")
 
 
 # --- tasks and skills ---
