@@ -1,21 +1,24 @@
 """The terminal channel: one local person talks to the bot on stdin/stdout.
 
-Interactive terminals get a prompt and a spinner while the agent thinks; pipes (tests,
-scripts) get plain lines, so the channel is scriptable: one message per input line, each
-reply printed as `<bot>: text` followed by a blank line.
+Interactive terminals get a line editor with history (prompt_toolkit), the prompt redrawn
+under every reply and a spinner beside it while the agent thinks; pipes (tests, scripts) get
+plain lines, so the channel is scriptable: one message per input line, each reply printed as
+`<bot>: text` followed by a blank line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import re
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TextIO
 
 from bot.channel import InboundHandler
@@ -25,6 +28,15 @@ from bot.message import Message, Reply
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 # Surrogates that are not a surrogateescape'd byte (those are U+DC80-U+DCFF).
 _NOT_ESCAPED_BYTE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
+@contextmanager
+def _stdout_as(stream) -> Iterator[None]:
+    saved, sys.stdout = sys.stdout, stream
+    try:
+        yield
+    finally:
+        sys.stdout = saved
 
 
 def clean_text(text: str) -> str:
@@ -43,17 +55,29 @@ def clean_text(text: str) -> str:
     return raw.decode("utf-8", "replace")
 
 
+LEAVE_WORDS = frozenset({"/quit", "/exit", "quit", "exit"})
+LEAVE_HELP = "/quit, /exit (or just quit, exit, Ctrl-D, Ctrl-C): leave the terminal chat"
+LINE_EDIT_HELP = "In the terminal: arrow keys edit the line, Up/Down recall earlier lines, Ctrl-L clears the screen"
+
+
 class ConsoleAdapter:
-    """stdin -> Message, Reply -> stdout. EOF (Ctrl-D) or /quit ends the session."""
+    """stdin -> Message, Reply -> stdout. Ctrl-D, Ctrl-C, /quit, /exit, quit or exit end the session.
+
+    On a terminal the line is read by prompt_toolkit (editing, history in `history_path`, Ctrl-L);
+    replies and the spinner are drawn above the prompt, which is redrawn under each of them.
+    Anything else (a pipe, a file) is read line by line as it comes."""
 
     def __init__(self, user: str, *, name: str = "console", bot_name: str = "memgate",
-                 stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:
+                 stdin: TextIO | None = None, stdout: TextIO | None = None,
+                 history_path: Path | None = None) -> None:
         self.name = name
         self.user = user
         self.bot_name = bot_name
+        self._own_stdout = stdout is None
         self._in = stdin or sys.stdin
         self._out = stdout or sys.stdout
         self._tty = self._out.isatty() and self._in.isatty()
+        self._history_path = history_path
         self._task: asyncio.Task | None = None
         self._inbound: InboundHandler | None = None
         self.closed = asyncio.Event()
@@ -61,6 +85,18 @@ class ConsoleAdapter:
         # Ids must not repeat across runs: the inbox takes a repeated id for a redelivery.
         self._run = uuid.uuid4().hex[:8]
         self._write_lock = asyncio.Lock()
+        self._thinking = 0
+        self._frame = 0
+        self._session = None  # the prompt_toolkit PromptSession while the prompt runs
+
+    @property
+    def interactive(self) -> bool:
+        """Reading a terminal (line editing, spinner), not a pipe."""
+        return self._tty
+
+    def local_commands(self) -> list[tuple[str, str]]:
+        """Commands this channel answers itself, for /help: (name, help line)."""
+        return [("quit", LEAVE_HELP), ("exit", "")]
 
     def is_up(self) -> bool:
         """Receiving: the reader still reads (Ctrl-D or a closed stdin ends it)."""
@@ -68,12 +104,58 @@ class ConsoleAdapter:
 
     async def start(self, inbound: InboundHandler) -> None:
         self._inbound = inbound
-        self._task = asyncio.create_task(self._read_loop(), name="console-reader")
+        loop = self._prompt_loop() if self._tty else self._read_loop()
+        self._task = asyncio.create_task(loop, name="console-reader")
 
     async def stop(self) -> None:
         if self._task and not self._task.done():
             self._task.cancel()
+            try:
+                await self._task   # the prompt gives the terminal back before we go on
+            except (asyncio.CancelledError, Exception):
+                pass
         self.closed.set()
+
+    async def _line(self, text: str) -> bool:
+        """Hand one line over; False when it asks to leave."""
+        if text.strip().lower() in LEAVE_WORDS:
+            return False
+        if text.strip():
+            msg = Message(channel=self.name, chat_id=self.user, sender_id=self.user, sender_name=self.user,
+                          text=text, timestamp=datetime.now(UTC), message_id=f"{self._run}-{next(self._counter)}")
+            await self._hand_over(msg)
+        return True
+
+    async def _prompt_loop(self) -> None:
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory, InMemoryHistory
+        from prompt_toolkit.patch_stdout import StdoutProxy
+
+        history = InMemoryHistory()
+        if self._history_path is not None:
+            # What the person typed is theirs alone: the file is created readable by them only.
+            self._history_path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(self._history_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+            history = FileHistory(str(self._history_path))
+        self._session = PromptSession(history=history)
+        try:
+            # Output written while the prompt is up (replies) goes above it, and the prompt is
+            # redrawn under it: nothing is glued to the line being typed. Only stdout: stderr is
+            # where libraries log, and the CLI points it at the log file, not into the chat.
+            with StdoutProxy(raw=True) as proxy, _stdout_as(proxy):
+                while True:
+                    try:
+                        text = await self._session.prompt_async(f"{self.user}> ", rprompt=self._rprompt)
+                    except (EOFError, KeyboardInterrupt):  # Ctrl-D, Ctrl-C
+                        break
+                    if not await self._line(clean_text(text)):
+                        break
+        finally:
+            self._session = None
+            self.closed.set()
+
+    def _rprompt(self) -> str:
+        return f"{SPINNER[self._frame % len(SPINNER)]} thinking…" if self._thinking else ""
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -97,19 +179,9 @@ class ConsoleAdapter:
         threading.Thread(target=reader, name="console-stdin", daemon=True).start()
         try:
             while True:
-                if self._tty:
-                    self._write(f"{self.user}> ")
                 line = await lines.get()
-                if not line:
+                if not line or not await self._line(line.rstrip("\n")):
                     break
-                text = line.rstrip("\n")
-                if text.strip() in ("/quit", "/exit"):
-                    break
-                if not text.strip():
-                    continue
-                msg = Message(channel=self.name, chat_id=self.user, sender_id=self.user, sender_name=self.user,
-                              text=text, timestamp=datetime.now(UTC), message_id=f"{self._run}-{next(self._counter)}")
-                await self._hand_over(msg)
         finally:
             self.closed.set()
 
@@ -130,8 +202,6 @@ class ConsoleAdapter:
         async with self._write_lock:
             text = reply.text
             if reply.document is not None:
-                from pathlib import Path
-
                 path = Path(reply.document.filename).resolve()
                 path.write_bytes(reply.document.data)
                 text = f"{text}\n(saved to {path})"
@@ -142,22 +212,33 @@ class ConsoleAdapter:
         if not self._tty:
             yield
             return
+        self._thinking += 1
         task = asyncio.create_task(self._spin())
         try:
             yield
         finally:
+            self._thinking -= 1
             task.cancel()
-            self._write("\r" + " " * 20 + "\r")
+            self._redraw()
 
     async def _spin(self) -> None:
-        for ch in itertools.cycle(SPINNER):
-            self._write(f"\r{ch} thinking…")
+        while True:
+            self._frame += 1
+            self._redraw()
             await asyncio.sleep(0.1)
 
+    def _redraw(self) -> None:
+        session = self._session
+        if session is not None and session.app.is_running:
+            session.app.invalidate()
+
     def _write(self, text: str) -> None:
+        # Looked up at each write: while the prompt runs, sys.stdout is prompt_toolkit's proxy that
+        # prints above the prompt.
+        out = sys.stdout if self._own_stdout else self._out
         try:
-            self._out.write(text)
+            out.write(text)
         except UnicodeEncodeError:  # a terminal that cannot show some characters still gets the rest
-            enc = getattr(self._out, "encoding", None) or "utf-8"
-            self._out.write(clean_text(text).encode(enc, "replace").decode(enc))
-        self._out.flush()
+            enc = getattr(out, "encoding", None) or "utf-8"
+            out.write(clean_text(text).encode(enc, "replace").decode(enc))
+        out.flush()

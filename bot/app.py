@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bot.channel import Channel, ReportsTrouble, ShowsCommandMenu
+from bot.channel import Channel, HasLocalCommands, ReportsTrouble, ShowsCommandMenu
 from bot.access import ACCESS_MIGRATIONS, Access
 from bot.agent import Agent, AgentSettings
 from bot.commands import Commands
@@ -204,6 +204,12 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
             ch.on_trouble = gateway.notify_owner
         if isinstance(ch, ShowsCommandMenu):
             ch.set_command_menu(commands.menu())
+    # After the menus: a command one channel answers itself (the terminal's /quit) is in /help,
+    # not on another platform's menu.
+    for ch in channels:
+        if isinstance(ch, HasLocalCommands):
+            for name, help_text in ch.local_commands():
+                commands.register(name, _answered_by(ch.name), help_text)
     app = App(settings=settings, store=store, engine=engine, access=access, pairing=pairing, linking=linking,
               sessions=sessions, gateway=gateway,
               commands=commands, llm=llm, memory_llm=memory_llm, clock=clock, extras=extras)
@@ -213,6 +219,13 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
     if serve_api:
         _wire_api(app, embedder)
     return app
+
+
+def _answered_by(channel: str):
+    """The gateway's answer to a command that only `channel` acts on, sent from elsewhere."""
+    async def answer(ctx) -> str:
+        return f"That works in the {channel} chat only."
+    return answer
 
 
 def _wire_api(app: App, embedder: Embedder) -> None:

@@ -76,6 +76,15 @@ class ShowsCommandMenu(Protocol):
 
 
 @runtime_checkable
+class HasLocalCommands(Protocol):
+    """A channel that answers some commands itself (the terminal's /quit), listed in /help."""
+
+    def local_commands(self) -> Sequence[tuple[str, str]]:
+        """(name without the slash, help line; empty = not listed) for each such command."""
+        ...
+
+
+@runtime_checkable
 class ReportsHealth(Protocol):
     """A channel that can tell whether it is still receiving (its poll loop alive, its login valid).
 

@@ -43,25 +43,34 @@ class _KeyValueFormatter(logging.Formatter):
         return base
 
 
-def setup_logging(settings: Settings, *, to_file: bool) -> None:
+def log_file(settings: Settings) -> Path:
+    return settings.data_path / "memgate.log"
+
+
+def setup_logging(settings: Settings, *, to_file: bool, to_stderr: bool | int = True) -> None:
+    """Log records to the rotating log file in the data folder and/or to stderr.
+
+    `to_stderr`: True = every record, a level = from that level up, False = none (the terminal
+    is the chat: nothing may be printed into the prompt)."""
+    from logging.handlers import RotatingFileHandler
+
     root = logging.getLogger()
     root.handlers.clear()
     level = getattr(logging, settings.log_level.upper(), logging.INFO)
     fmt = _KeyValueFormatter()
     if to_file:
-        # The terminal is the chat: logs go to a file, only errors to stderr.
         settings.data_path.mkdir(parents=True, exist_ok=True)
-        fh = logging.FileHandler(settings.data_path / "memgate.log", encoding="utf-8")
+        # Rotated by size so an always-on bot cannot fill the disk with its log.
+        fh = RotatingFileHandler(log_file(settings), maxBytes=int(settings.log_max_mb * 1024 * 1024),
+                                 backupCount=settings.log_backups, encoding="utf-8")
         fh.setFormatter(fmt)
         fh.setLevel(level)
         root.addHandler(fh)
-        eh = logging.StreamHandler(sys.stderr)
-        eh.setLevel(logging.ERROR)
-        eh.setFormatter(fmt)
-        root.addHandler(eh)
-    else:
+    if to_stderr is not False:
         sh = logging.StreamHandler(sys.stderr)
         sh.setFormatter(fmt)
+        if to_stderr is not True:
+            sh.setLevel(to_stderr)
         root.addHandler(sh)
     root.setLevel(level)
     for noisy in ("httpx", "httpcore", "LiteLLM", "litellm", "telegram", "apscheduler", "aiohttp.access"):
@@ -97,19 +106,59 @@ def _console(settings: Settings, user: str | None):
     from adapters.console import ConsoleAdapter
 
     name = user or settings.channels.console.user or os.environ.get("USER") or getpass.getuser() or "me"
-    return ConsoleAdapter(name, bot_name=settings.agent.name)
+    return ConsoleAdapter(name, bot_name=settings.agent.name, history_path=settings.data_path / "console_history")
+
+
+def stdin_kind() -> str:
+    """"tty", "lines" (a pipe or a file: read line by line) or "none" (/dev/null, closed: a service)."""
+    import stat
+
+    try:
+        if sys.stdin is None:
+            return "none"
+        if sys.stdin.isatty():
+            return "tty"
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError):
+        return "none"
+    return "lines" if stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode) else "none"
+
+
+@contextmanager
+def _terminal_session(settings: Settings, console):
+    """While a person chats in this terminal: logs go to the log file only, and so does anything a
+    library prints to stderr on its own (file descriptor 2 points there), so nothing is written
+    into the prompt. Errors after the session are printed to the real stderr again."""
+    if console is None or not console.interactive:
+        yield
+        return
+    setup_logging(settings, to_file=True, to_stderr=False)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(log_file(settings), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
 
 
 def cmd_chat(settings: Settings, args) -> int:
     if not settings.llm_configured:
         print(NO_LLM_TEXT, file=sys.stderr)
         return 2
-    setup_logging(settings, to_file=True)
+    setup_logging(settings, to_file=True, to_stderr=logging.ERROR)
     console = _console(settings, args.user)
-    if sys.stdin.isatty():
-        print(f"memgate: talking as {console.user}. /help for commands, Ctrl-D to leave.\n")
-    return asyncio.run(_serve(settings, [console], until_console_closes=True,
-                              serve_api=bool(args.api) and settings.api.enabled))
+    if console.interactive:
+        print(f"memgate: talking as {console.user}. /help for commands; /quit, Ctrl-D or Ctrl-C to leave.\n"
+              f"(arrow keys edit the line, Up recalls earlier ones; logs go to {log_file(settings)})\n")
+    with _terminal_session(settings, console):
+        code = asyncio.run(_serve(settings, [console], until_console_closes=True,
+                                  serve_api=bool(args.api) and settings.api.enabled))
+    return code
 
 
 def build_channels(settings: Settings) -> list:
@@ -137,20 +186,34 @@ def build_channels(settings: Settings) -> list:
                                      app_secret=settings.secret("wechat_mp_secret") or "",
                                      encoding_aes_key=settings.secret("wechat_mp_aes_key"), host=mp.host, port=mp.port,
                                      path=mp.path, api_base=mp.api_base, replay_window=mp.replay_window))
-    if c.console.enabled and sys.stdin.isatty():
+    # The terminal channel reads a terminal, or lines piped in; with nothing to read (a service's
+    # /dev/null) it is left out, so the other channels run on their own.
+    if c.console.enabled and stdin_kind() != "none":
         chans.append(_console(settings, None))
     return chans
 
 
 def cmd_run(settings: Settings, args) -> int:
-    setup_logging(settings, to_file=False)
+    setup_logging(settings, to_file=True)
     channels = build_channels(settings)
     if not channels:
-        raise ConfigError("no channel is enabled: enable one under [channels.*] in the config")
-    if not settings.llm_configured:
-        log.warning("no LLM configured: the bot answers commands only. %s", NO_LLM_TEXT.splitlines()[0])
-    log.info("starting channels: %s", ", ".join(c.name for c in channels))
-    return asyncio.run(_serve(settings, channels, until_console_closes=False, serve_api=settings.api.enabled))
+        if settings.channels.console.enabled:
+            raise ConfigError("the only enabled channel is the terminal (channels.console), and there is no terminal or "
+                              "input to read here: run `memgate chat` in a terminal, pipe lines in, or enable Telegram "
+                              "or WeChat (`memgate onboard` walks through it)")
+        raise ConfigError("no channel is enabled: enable one under [channels.*] in the config (or run `memgate onboard`)")
+    console = next((c for c in channels if c.name == "console"), None)
+    if console is not None and console.interactive:
+        print(f"memgate: running {', '.join(c.name for c in channels)}; talking here as {console.user}. "
+              f"/quit, Ctrl-D or Ctrl-C stops every channel.\n(logs go to {log_file(settings)})\n")
+    with _terminal_session(settings, console):
+        if not settings.llm_configured:
+            log.warning("no LLM configured: the bot answers commands only. %s", NO_LLM_TEXT.splitlines()[0])
+        log.info("starting channels: %s", ", ".join(c.name for c in channels))
+        # The person at the terminal leaving ends the run: a bot that went on silently after
+        # Ctrl-D looked stopped and was not (run it as a service to keep it up: `memgate service`).
+        return asyncio.run(_serve(settings, channels, until_console_closes=console is not None,
+                                  serve_api=settings.api.enabled))
 
 
 # --- memory -------------------------------------------------------------------------------

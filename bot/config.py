@@ -156,6 +156,8 @@ class DeliveryConfig(_Section):
 class Settings(_Section):
     data_dir: str = "~/.local/share/memgate"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    log_max_mb: float = Field(10.0, gt=0, le=10_240)   # memgate.log is rotated at this size ...
+    log_backups: int = Field(5, ge=0, le=100)          # ... keeping this many old files (.1 newest)
     llm: LLMConfig = LLMConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
     memory: MemoryConfig = MemoryConfig()

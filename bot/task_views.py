@@ -36,8 +36,7 @@ def format_tasks(tasks: Sequence[TaskView]) -> str:
         lines.append(f"{_STATUS_MARK.get(t.status, '?')} {t.id} {label} [{status}, {t.chunk_count} msgs, "
                      f"{_when(t.last_at)}]")
     # The person reads this, not the agent: say how to ask, never the tool's name.
-    lines.append("To read a summary, ask me about a task by its id (for example: what did we decide in task "
-                 f"{tasks[0].id}?).")
+    lines.append(f"Send /tasks ID to read a task's summary (e.g. /tasks {tasks[0].id}), or just ask me about it.")
     return "\n".join(lines)
 
 

@@ -88,7 +88,7 @@ def test_tasks_list_tells_the_person_how_to_ask_not_the_tool_name():
                     started_at=now, last_at=now, closed_at=now, summary="x", skip_reason=None, first_user_text="plan")
     text = format_tasks([view])
     assert "task_summary" not in text
-    assert "t1" in text and "ask me" in text.lower()
+    assert "/tasks t1" in text and "ask me" in text.lower()
 
 
 def test_locomo_bench_without_its_data_names_the_file_and_the_readme_line(tmp_path):

@@ -1,0 +1,126 @@
+"""The terminal channel in a real pseudo-terminal (issue 15): line editing keeps arrow keys out of
+messages, history recalls earlier lines, the prompt comes back under every reply, and Ctrl-D,
+Ctrl-C, /quit and bare `quit` leave with status 0 after the last turn is captured."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.adapters.pty_screen import Tty, tty_env
+from tests.fakes import brain
+from tests.reliability.procs import is_reply_request, stored_user_texts
+
+pytestmark = pytest.mark.timeout(600)  # real subprocesses on a shared 2-core machine
+
+LEFT, UP = "\x1b[D", "\x1b[A"
+
+
+def user_texts_sent_to_the_model(fake_llm) -> list[str]:
+    return [r["messages"][-1]["content"] for r in fake_llm.requests if is_reply_request(r)]
+
+
+async def chat(tmp_path, fake_llm, *args: str) -> Tty:
+    fake_llm.responder = brain.respond
+    tty = Tty(["-m", "bot.cli", "chat", "--user", "ann", *args], tty_env(tmp_path, fake_llm.base_url))
+    await tty.prompt("ann> ")
+    return tty
+
+
+async def test_arrow_keys_edit_the_line_and_never_reach_the_message(tmp_path, fake_llm):
+    tty = await chat(tmp_path, fake_llm)
+    try:
+        tty.send("first message" + LEFT * 2 + "X\r")
+        await tty.shows("You said: first messaXge")
+        await tty.prompt("ann> ")
+        tty.send(UP + "\r")                       # history: the same line again
+        await tty.wait_screen(lambda lines: sum("You said: first messaXge" in line for line in lines) == 2,
+                              "the second reply")
+        await tty.prompt("ann> ")
+        tty.send("\x04")
+        assert await tty.exit_status() == 0
+    finally:
+        tty.close()
+    assert user_texts_sent_to_the_model(fake_llm) == ["first messaXge", "first messaXge"]
+    assert stored_user_texts(tmp_path / "data") == ["first messaXge", "first messaXge"]
+    assert "first messaXge" in (tmp_path / "data" / "console_history").read_text()
+
+
+async def test_the_prompt_comes_back_under_every_reply(tmp_path, fake_llm):
+    tty = await chat(tmp_path, fake_llm)
+    try:
+        for word in ("one", "two", "three"):
+            tty.send(f"reply to {word}\r")
+            await tty.shows(f"You said: reply to {word}")
+            await tty.prompt("ann> ")
+        lines = tty.screen_lines()
+        replies = [n for n, line in enumerate(lines) if line.startswith("memgate: ") and "You said: reply to" in line]
+        assert len(replies) == 3
+        # Each reply on a line of its own, never glued to a prompt, and the prompt under the last one.
+        assert all("ann>" not in lines[n] for n in replies)
+        shown = [n for n, line in enumerate(lines) if line]
+        assert lines[shown[-1]] == "ann>" and shown[-1] > replies[-1]
+        assert tty.cursor_line() == "ann>"
+        tty.send("\x04")
+        assert await tty.exit_status() == 0
+    finally:
+        tty.close()
+
+
+async def test_ctrl_d_right_after_a_message_exits_0_once_the_turn_is_captured(tmp_path, fake_llm):
+    tty = await chat(tmp_path, fake_llm)
+    try:
+        tty.send("remember that my bike is green\r")
+        tty.send("\x04")
+        assert await tty.exit_status() == 0
+    finally:
+        tty.close()
+    assert stored_user_texts(tmp_path / "data") == ["remember that my bike is green"]
+
+
+@pytest.mark.parametrize("leave", ["\x03", "quit\r", "exit\r", "/quit\r", "/exit\r"])
+async def test_ctrl_c_and_quit_words_leave_cleanly(tmp_path, fake_llm, leave):
+    tty = await chat(tmp_path, fake_llm)
+    try:
+        tty.send("hello there\r")
+        await tty.shows("You said: hello there")
+        await tty.prompt("ann> ")
+        tty.send(leave)
+        assert await tty.exit_status() == 0
+        assert "Traceback" not in "".join(tty._screen.raw)
+    finally:
+        tty.close()
+    assert user_texts_sent_to_the_model(fake_llm) == ["hello there"]
+
+
+async def test_help_lists_how_to_leave(tmp_path, fake_llm):
+    tty = await chat(tmp_path, fake_llm)
+    try:
+        tty.send("/help\r")
+        await tty.shows("leave the terminal chat")
+        await tty.prompt("ann> ")
+        screen = tty.screen()
+        assert "/exit" in screen and "Ctrl-D" in screen
+        tty.send("\x04")
+        assert await tty.exit_status() == 0
+    finally:
+        tty.close()
+
+
+async def test_run_in_a_terminal_keeps_logs_out_of_the_prompt_and_ctrl_d_ends_it(tmp_path, fake_llm):
+    fake_llm.responder = brain.respond
+    env = tty_env(tmp_path, fake_llm.base_url, MEMGATE_API_ENABLED="false", MEMGATE_LOG_LEVEL="DEBUG")
+    (tmp_path / "none.toml").write_text('[channels.console]\nuser = "ann"\n')
+    tty = Tty(["-m", "bot.cli", "run"], env)
+    try:
+        await tty.prompt("ann> ")
+        tty.send("hello from run\r")
+        await tty.shows("You said: hello from run")
+        await tty.prompt("ann> ")
+        tty.send("\x04")
+        assert await tty.exit_status() == 0
+    finally:
+        tty.close()
+    everything = "".join(tty._screen.raw)
+    assert "level=" not in everything and "LiteLLM" not in everything
+    log = (tmp_path / "data" / "memgate.log").read_text()
+    assert "starting channels: console" in log and "level=DEBUG" in log
