@@ -482,6 +482,37 @@ def cmd_keys(settings: Settings, args) -> int:
     return 0
 
 
+def cmd_onboard(args) -> int:
+    """The guided first run (bot/onboard.py): checks each answer, writes the config, says how to start."""
+    from bot.onboard import OnboardFlags, TerminalAsker, run_onboard
+
+    flags = OnboardFlags(config=Path(args.config or os.environ.get("MEMGATE_CONFIG") or "~/.config/memgate/memgate.toml"),
+                         data_dir=args.data_dir, llm_api_base=args.llm_api_base or "", llm_model=args.llm_model or "",
+                         llm_key_env=args.llm_key_env or "", probe=tuple(args.probe or ()),
+                         channels=tuple(c.strip() for c in (args.channels or "").split(",") if c.strip()),
+                         telegram_token_env=args.telegram_token_env or "", telegram_api_base=args.telegram_api_base or "",
+                         owner=tuple(args.owner or ()), console_user=args.user or "", force=args.force)
+    if not args.non_interactive and not sys.stdin.isatty():
+        raise ConfigError("memgate onboard asks questions in a terminal; in a script pass --non-interactive and flags "
+                          "(memgate onboard --help)")
+
+    async def wechat_login(data_dir: Path) -> str:
+        from adapters.wechat.ilink.login import login
+        from adapters.wechat.ilink.protocol import DEFAULT_BASE_URL
+
+        creds = await login(DEFAULT_BASE_URL, data_dir)
+        return f"  logged in as WeChat bot {creds.ilink_bot_id}"
+
+    asker = None if args.non_interactive else TerminalAsker()
+    outcome = asyncio.run(run_onboard(flags, asker, wechat_login=wechat_login))
+    print("\nDone.")
+    for line in outcome.summary:
+        print(f"  {line}")
+    print(f"\nStart it with:\n  {outcome.start_command}\n"
+          f"Keep it running after you log out: memgate --config {outcome.config} service install --user")
+    return 0
+
+
 def cmd_wechat(settings: Settings, args) -> int:
     from adapters.wechat.ilink.login import login
 
@@ -548,6 +579,22 @@ def parser() -> argparse.ArgumentParser:
     kr = ksub.add_parser("revoke", help="revoke the key whose prefix starts with PREFIX")
     kr.add_argument("prefix", help="the key's prefix as `keys list` shows it (mg_...)")
     k.set_defaults(func=cmd_keys)
+    o = sub.add_parser("onboard", help="guided first run: model, channels, owner; writes the config")
+    o.add_argument("--config", default=argparse.SUPPRESS,
+                   help="the config file to write (default: $MEMGATE_CONFIG or ~/.config/memgate/memgate.toml)")
+    o.add_argument("--non-interactive", action="store_true", help="ask nothing: take every answer from the flags below")
+    o.add_argument("--data-dir", default="~/.local/share/memgate", help="where the database and logs go (default %(default)s)")
+    o.add_argument("--llm-api-base", help="an OpenAI-compatible server (default: look for Ollama, llama.cpp, vLLM here)")
+    o.add_argument("--llm-model", help="the model name (default: the first one the server lists)")
+    o.add_argument("--llm-key-env", metavar="VAR", help="the environment variable holding the model's API key")
+    o.add_argument("--probe", action="append", metavar="URL", help="also look for a model server at this address")
+    o.add_argument("--channels", help="comma-separated: console (always on), telegram, wechat (default: console)")
+    o.add_argument("--telegram-token-env", metavar="VAR", help="the variable holding the bot token (default TELEGRAM_BOT_TOKEN)")
+    o.add_argument("--telegram-api-base", metavar="URL", help="a Bot API server other than api.telegram.org (…/bot)")
+    o.add_argument("--owner", action="append", metavar="CHANNEL:ID", help="an owner, e.g. telegram:123456789 (repeatable)")
+    o.add_argument("--user", help="your name in the terminal chat (default: $USER)")
+    o.add_argument("--force", action="store_true", help="replace an existing config file")
+    o.set_defaults(func=None)
     w = sub.add_parser("wechat", help="WeChat iLink bot")
     w.add_argument("action", choices=["login"], help="login: show a QR code to scan with the bot's WeChat account")
     w.set_defaults(func=cmd_wechat)
@@ -564,6 +611,8 @@ def main(argv: list[str] | None = None) -> int:
         print("memgate pairing approve|deny needs a CODE", file=sys.stderr)
         return 2
     try:
+        if args.command == "onboard":   # it writes the config: there is none to load yet
+            return cmd_onboard(args)
         settings = load_settings(args.config)
         return args.func(settings, args)
     except StoreLockedError as exc:

@@ -155,6 +155,7 @@ class DeliveryConfig(_Section):
 
 class Settings(_Section):
     data_dir: str = "~/.local/share/memgate"
+    env_file: str = ""                  # secrets as KEY=VALUE lines (mode 0600); the environment wins
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     log_max_mb: float = Field(10.0, gt=0, le=10_240)   # memgate.log is rotated at this size ...
     log_backups: int = Field(5, ge=0, le=100)          # ... keeping this many old files (.1 newest)
@@ -272,6 +273,35 @@ def _read_toml(p: Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: not valid TOML: {exc}") from None
 
 
+def read_env_file(p: Path) -> dict[str, str]:
+    """The secrets in a KEY=VALUE file (blank lines and # comments skipped; only SECRET_ENV names).
+
+    It must be readable by its owner only: a secrets file others can read is refused, naming it."""
+    try:
+        mode = p.stat().st_mode
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"env_file {p} does not exist (it holds the secrets; `memgate onboard` writes it)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"env_file {p} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    if mode & 0o077:
+        raise ConfigError(f"env_file {p} can be read by others (mode {mode & 0o777:o}): run chmod 600 {p}")
+    known = set(SECRET_ENV.values())
+    out: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.removeprefix("export ").partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key not in known:
+            raise ConfigError(f"env_file {p} line {n}: expected one of {', '.join(sorted(known))} = VALUE")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key] = value
+    return out
+
+
 def load_settings(path: str | Path | None = None, env: dict[str, str] | None = None) -> Settings:
     """Read the TOML file (explicit path, $MEMGATE_CONFIG, ./memgate.toml or ~/.config/...), then env.
 
@@ -289,6 +319,12 @@ def load_settings(path: str | Path | None = None, env: dict[str, str] | None = N
             via = "" if path else " (from MEMGATE_CONFIG)"
             raise ConfigError(f"config file {p}{via} does not exist")
     _walk_secrets(data)
+    # Secrets kept in a private file beside the config (`memgate onboard` writes one): they fill
+    # in what the environment does not set, and only secret names are taken from it.
+    secrets_file = env.get("MEMGATE_ENV_FILE") or data.get("env_file") or ""
+    if secrets_file:
+        for var, value in read_env_file(Path(os.path.expanduser(str(secrets_file)))).items():
+            env.setdefault(var, value)
     data = _env_overrides(data, env)
     data["secrets"] = {name: env[var] for name, var in SECRET_ENV.items() if env.get(var)}
     try:

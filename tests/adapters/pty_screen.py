@@ -20,11 +20,15 @@ class _Screen:
     def __init__(self) -> None:
         self.screen = pyte.Screen(COLS, ROWS)
         self.stream = pyte.Stream(self.screen)
+        # The same output on a screen tall enough never to scroll: the whole session, for a transcript.
+        self.tall = pyte.Screen(COLS, 1000)
+        self.tall_stream = pyte.Stream(self.tall)
         self.raw: list[str] = []
 
     def write(self, data: str) -> None:
         self.raw.append(data)
         self.stream.feed(data)
+        self.tall_stream.feed(data)
 
     def flush(self) -> None:
         pass
@@ -75,6 +79,13 @@ class Tty:
 
     def screen(self) -> str:
         lines = self.screen_lines()
+        while lines and not lines[-1]:
+            lines.pop()
+        return "\n".join(lines)
+
+    def transcript(self) -> str:
+        """Everything the session showed, top to bottom (as if the terminal never scrolled)."""
+        lines = [line.rstrip() for line in self._screen.tall.display]
         while lines and not lines[-1]:
             lines.pop()
         return "\n".join(lines)

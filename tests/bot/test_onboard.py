@@ -1,0 +1,163 @@
+"""`memgate onboard` (issue 15): non-interactive with flags and interactive through a real
+pseudo-terminal, both against the fake LLM and the fake Bot API; the config it writes starts
+`memgate run` (a real subprocess), which answers a Telegram message from the owner it made."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from bot.config import load_settings
+from tests.adapters.pty_screen import Tty, tty_env
+from tests.fakes import brain
+from tests.fakes.telegram_api import FakeTelegram
+from tests.reliability.procs import ROOT, kill, terminate
+
+pytestmark = pytest.mark.timeout(600)  # real subprocesses on a shared 2-core machine
+
+OWNER_ID = 4242
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMGATE_", "TELEGRAM_", "WECHAT_"))}
+    env.update({"PYTHONPATH": ROOT}, **extra)
+    return env
+
+
+@pytest.fixture
+async def telegram():
+    async with FakeTelegram() as tg:
+        yield tg
+
+
+async def run_and_get_a_reply(config: Path, tg: FakeTelegram, transcript: list[str]) -> str:
+    """`memgate --config CONFIG run` as written (no other setting), one message from the owner."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "--config", str(config), "run", cwd=ROOT,
+        env=clean_env(MEMGATE_API_PORT="0"),  # the only override: tests run side by side
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        tg.inject_message(OWNER_ID, "hello, I just set you up", first_name="Ann")
+        await tg.wait_until(lambda: any("hello, I just set you up" in t for t in tg.sent_texts()), timeout=240)
+        reply = next(t for t in tg.sent_texts() if "hello, I just set you up" in t)
+        transcript.append(f"[telegram] Ann: hello, I just set you up\n[telegram] bot: {reply}")
+        assert await terminate(proc) == 0
+    finally:
+        await kill(proc)
+    return reply
+
+
+def check_written(config: Path, token: str) -> None:
+    text = config.read_text()
+    assert token not in text and "#" in text
+    data = tomllib.loads(text)
+    env_file = Path(data["env_file"])
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert f"TELEGRAM_BOT_TOKEN={token}" in env_file.read_text()
+    settings = load_settings(config, env={})
+    assert settings.channels.telegram.enabled and settings.secret("telegram_token") == token
+    assert f"telegram:{OWNER_ID}" in settings.access.owners
+
+
+async def test_non_interactive_onboard_writes_a_config_that_run_starts_with(tmp_path, fake_llm, telegram):
+    fake_llm.responder = brain.respond
+    config = tmp_path / "cfg" / "memgate.toml"
+    args = ["--non-interactive", "--config", str(config), "--data-dir", str(tmp_path / "data"),
+            "--llm-api-base", fake_llm.base_url, "--channels", "telegram", "--telegram-token-env", "MY_TG_TOKEN",
+            "--telegram-api-base", telegram.base_url, "--owner", f"telegram:{OWNER_ID}", "--user", "ann"]
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "onboard", *args, cwd=ROOT,
+                                                env=clean_env(MY_TG_TOKEN=telegram.token),
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 240)
+    assert proc.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert f"  memgate --config {config} run" in lines
+    assert telegram.token not in out.decode() + err.decode()
+    assert "getMe" in telegram.calls
+    check_written(config, telegram.token)
+    assert load_settings(config, env={}).llm.model == "fake-model"   # the first model the server lists
+    transcript = ["$ memgate onboard " + " ".join(args), out.decode()]
+    reply = await run_and_get_a_reply(config, telegram, transcript)
+    assert "You said: hello, I just set you up" in reply
+    (tmp_path / "transcript.txt").write_text("\n".join(transcript))
+
+
+async def test_non_interactive_onboard_with_a_wrong_token_is_one_line_and_writes_nothing(tmp_path, fake_llm, telegram):
+    config = tmp_path / "memgate.toml"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "onboard", "--non-interactive", "--config", str(config),
+        "--llm-api-base", fake_llm.base_url, "--channels", "telegram", "--telegram-api-base", telegram.base_url,
+        cwd=ROOT, env=clean_env(TELEGRAM_BOT_TOKEN="999:wrong"), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 240)
+    assert proc.returncode != 0
+    assert err.decode().count("\n") == 1 and "Telegram refused the token" in err.decode()
+    assert not config.exists()
+
+
+async def test_non_interactive_onboard_with_no_model_server_says_what_to_run(tmp_path):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    s.close()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "onboard", "--non-interactive", "--config", str(tmp_path / "m.toml"),
+        "--llm-api-base", closed, "--llm-model", "qwen2.5", cwd=ROOT, env=clean_env(),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 240)
+    assert proc.returncode != 0 and "Traceback" not in err.decode()
+    assert closed in err.decode() and "ollama serve" in err.decode() and "ollama pull qwen2.5" in err.decode()
+    assert not (tmp_path / "m.toml").exists()
+
+
+async def test_interactive_onboard_answers_every_question_then_run_replies(tmp_path, fake_llm, telegram):
+    fake_llm.responder = brain.respond
+    config = tmp_path / "cfg" / "memgate.toml"
+    env = tty_env(tmp_path / "home", None)
+    env.pop("MEMGATE_CONFIG")
+    tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
+               "--telegram-api-base", telegram.base_url], env)
+    try:
+        await tty.shows("Where should memgate keep its data?")
+        tty.send(f"{tmp_path / 'data'}\r")
+        await tty.shows("Which one?")
+        number = next(line.split(")")[0].strip() for line in tty.screen_lines() if fake_llm.base_url in line)
+        tty.send(f"{number}\r")
+        await tty.shows("Which model?")
+        tty.send("fake-model\r")
+        await tty.shows("ok, it answered")
+        await tty.shows("Your name in the terminal chat")
+        tty.send("ann\r")
+        await tty.shows("Telegram? [y/N]")
+        tty.send("y\r")
+        await tty.shows("WeChat (personal account, iLink QR login)? [y/N]")
+        tty.send("n\r")
+        await tty.shows("Telegram bot token (hidden)")
+        tty.send(f"{telegram.token}\r")
+        await tty.shows("ok: the token belongs to @memgate_test_bot")
+        await tty.shows("Your Telegram user id")
+        tty.send("\r")
+        await tty.shows("Waiting up to")
+        telegram.inject_message(OWNER_ID, "/start", first_name="Ann")
+        await tty.shows(f"got it: Ann (id {OWNER_ID}) is the owner")
+        await tty.shows("Start it with:")
+        assert await tty.exit_status() == 0
+    finally:
+        tty.close()
+    screen = "".join(tty._screen.raw)
+    assert telegram.token not in screen
+    assert f"  memgate --config {config} run\r\n" in screen
+    check_written(config, telegram.token)
+    transcript = [tty.transcript()]
+    # The owner's /start was only read, not confirmed: the gateway answers it as well.
+    reply = await run_and_get_a_reply(config, telegram, transcript)
+    assert "You said: hello, I just set you up" in reply
+    (tmp_path / "transcript.txt").write_text("\n".join(transcript))
