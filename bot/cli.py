@@ -513,6 +513,25 @@ def cmd_onboard(args) -> int:
     return 0
 
 
+def cmd_service(settings: Settings, args) -> int:
+    """memgate as a systemd service (bot/service.py)."""
+    from bot import service
+
+    place = service.unit_place(args.user, args.unit_dir)
+    if args.action == "install":
+        config = service.config_for_service(args.config)
+        settings.data_path.mkdir(parents=True, exist_ok=True)
+        text = service.render_unit(service.memgate_command(), config, user=args.user,
+                                   run_as=os.environ.get("SUDO_USER") or getpass.getuser(), workdir=settings.data_path)
+        lines = service.install(place, text, start=not args.no_start)
+    elif args.action == "uninstall":
+        lines = service.uninstall(place)
+    else:
+        lines = service.status(place)
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_wechat(settings: Settings, args) -> int:
     from adapters.wechat.ilink.login import login
 
@@ -595,6 +614,14 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--user", help="your name in the terminal chat (default: $USER)")
     o.add_argument("--force", action="store_true", help="replace an existing config file")
     o.set_defaults(func=None)
+    sv = sub.add_parser("service", help="run memgate always-on as a systemd service")
+    sv.add_argument("action", choices=["install", "uninstall", "status"],
+                    help="install (write, enable and start the unit), uninstall, or status")
+    sv.add_argument("--user", action="store_true", help="a user service (~/.config/systemd/user), no root needed")
+    sv.add_argument("--unit-dir", metavar="DIR",
+                    help="write the unit here instead (also $MEMGATE_SYSTEMD_DIR); systemctl is then not called")
+    sv.add_argument("--no-start", action="store_true", help="install: enable it for the next boot, do not start it now")
+    sv.set_defaults(func=cmd_service)
     w = sub.add_parser("wechat", help="WeChat iLink bot")
     w.add_argument("action", choices=["login"], help="login: show a QR code to scan with the bot's WeChat account")
     w.set_defaults(func=cmd_wechat)

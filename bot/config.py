@@ -226,21 +226,26 @@ def _walk_secrets(data: dict[str, Any], prefix: str = "") -> None:
 
 
 def _env_overrides(data: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-    """Apply MEMGATE_<SECTION>_<KEY> for known keys (MEMGATE_DATA_DIR, MEMGATE_LLM_API_BASE, ...)."""
-    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
-    for name, field in Settings.model_fields.items():
-        if name == "secrets":
+    """Apply MEMGATE_<SECTION>_<KEY> for known keys (MEMGATE_DATA_DIR, MEMGATE_LLM_API_BASE, ...),
+    nested sections too (MEMGATE_CHANNELS_TELEGRAM_ENABLED): names come from the model, so
+    `channels.wechat` and `channels.wechat_mp` cannot be confused."""
+    return _overrides(Settings, data, env, "MEMGATE")
+
+
+def _overrides(model: type[BaseModel], data: dict[str, Any], env: dict[str, str], prefix: str) -> dict[str, Any]:
+    data = dict(data)
+    for name, field in model.model_fields.items():
+        if name == "secrets" or name in _SECRET_KEYS:
             continue
+        var = f"{prefix}_{name}".upper()
         sub = field.annotation
         if isinstance(sub, type) and issubclass(sub, BaseModel):
-            for key in sub.model_fields:
-                var = f"MEMGATE_{name}_{key}".upper()
-                if var in env and key not in _SECRET_KEYS:
-                    data.setdefault(name, {})[key] = _coerce(env[var], sub.model_fields[key].annotation)
-        else:
-            var = f"MEMGATE_{name}".upper()
-            if var in env:
-                data[name] = env[var]
+            inner = data.get(name)
+            merged = _overrides(sub, inner if isinstance(inner, dict) else {}, env, var)
+            if merged or isinstance(inner, dict):
+                data[name] = merged
+        elif var in env:
+            data[name] = _coerce(env[var], field.annotation)
     return data
 
 

