@@ -256,12 +256,13 @@ async def run_onboard(flags: OnboardFlags, asker: TerminalAsker | None,
     if "telegram" in channels:
         choices, token = await _telegram(flags, asker, choices)
         secrets["TELEGRAM_BOT_TOKEN"] = token
+    later: list[str] = []
     if "wechat" in channels:
         choices = replace(choices, wechat=True)
         if asker is not None and wechat_login is not None and asker.yes("Log the WeChat bot in now (QR code)?", True):
             say(await wechat_login(Path(os.path.expanduser(data_dir))))
         else:
-            say("  WeChat: log in later with `memgate wechat login` (before `memgate run`).")
+            later.append(f"WeChat: log the bot in first with `memgate --config {config} wechat login`")
     choices = replace(choices, secrets=secrets)
     env_path = write_setup(choices, config, now())
     # What was written must start: read it back exactly as `memgate run` will.
@@ -270,7 +271,7 @@ async def run_onboard(flags: OnboardFlags, asker: TerminalAsker | None,
     summary = (f"model: {model} at {shown_address(api_base, model)}",
                f"channels: {', '.join(['console', *sorted(channels - {'console'})])}",
                f"owners: {', '.join(choices.owners)}",
-               f"config: {config}" + (f" (secrets in {env_path}, mode 600)" if env_path else ""))
+               f"config: {config}" + (f" (secrets in {env_path}, mode 600)" if env_path else ""), *later)
     return Outcome(config, env_path, start, summary)
 
 

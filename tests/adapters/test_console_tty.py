@@ -29,6 +29,8 @@ async def chat(tmp_path, fake_llm, *args: str) -> Tty:
 async def test_arrow_keys_edit_the_line_and_never_reach_the_message(tmp_path, fake_llm):
     tty = await chat(tmp_path, fake_llm)
     try:
+        tty.send("\x0c")                         # Ctrl-L clears the screen, it is no character
+        await tty.prompt("ann> ")
         tty.send("first message" + LEFT * 2 + "X\r")
         await tty.shows("You said: first messaXge")
         await tty.prompt("ann> ")
