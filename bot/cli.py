@@ -25,56 +25,13 @@ from pathlib import Path
 
 from bot.config import Settings, load_settings
 from bot.errors import ConfigError, MemgateError, StoreLockedError
+from bot.logs import log_file, setup_logging, terminal_session
 
 log = logging.getLogger("memgate")
 
 NO_LLM_TEXT = """No language model is configured, so memgate cannot answer yet. Set one of:
   MEMGATE_LLM_MODEL=<any litellm model, e.g. openai/gpt-4o-mini> plus its key in MEMGATE_LLM_API_KEY, or
   MEMGATE_LLM_API_BASE=http://127.0.0.1:11434/v1 (Ollama, llama.cpp's server or any OpenAI-compatible server) and MEMGATE_LLM_MODEL=<its model name>."""
-
-
-class _KeyValueFormatter(logging.Formatter):
-    """One line per record: time level logger msg (structured enough for grep, no secrets)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        base = f"{self.formatTime(record, '%Y-%m-%dT%H:%M:%S')} level={record.levelname} logger={record.name} msg={record.getMessage()!r}"
-        if record.exc_info:
-            base += "\n" + self.formatException(record.exc_info)
-        return base
-
-
-def log_file(settings: Settings) -> Path:
-    return settings.data_path / "memgate.log"
-
-
-def setup_logging(settings: Settings, *, to_file: bool, to_stderr: bool | int = True) -> None:
-    """Log records to the rotating log file in the data folder and/or to stderr.
-
-    `to_stderr`: True = every record, a level = from that level up, False = none (the terminal
-    is the chat: nothing may be printed into the prompt)."""
-    from logging.handlers import RotatingFileHandler
-
-    root = logging.getLogger()
-    root.handlers.clear()
-    level = getattr(logging, settings.log_level.upper(), logging.INFO)
-    fmt = _KeyValueFormatter()
-    if to_file:
-        settings.data_path.mkdir(parents=True, exist_ok=True)
-        # Rotated by size so an always-on bot cannot fill the disk with its log.
-        fh = RotatingFileHandler(log_file(settings), maxBytes=int(settings.log_max_mb * 1024 * 1024),
-                                 backupCount=settings.log_backups, encoding="utf-8")
-        fh.setFormatter(fmt)
-        fh.setLevel(level)
-        root.addHandler(fh)
-    if to_stderr is not False:
-        sh = logging.StreamHandler(sys.stderr)
-        sh.setFormatter(fmt)
-        if to_stderr is not True:
-            sh.setLevel(to_stderr)
-        root.addHandler(sh)
-    root.setLevel(level)
-    for noisy in ("httpx", "httpcore", "LiteLLM", "litellm", "telegram", "apscheduler", "aiohttp.access"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 # --- chat and run -------------------------------------------------------------------------
@@ -124,28 +81,6 @@ def stdin_kind() -> str:
     return "lines" if stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode) else "none"
 
 
-@contextmanager
-def _terminal_session(settings: Settings, console):
-    """While a person chats in this terminal: logs go to the log file only, and so does anything a
-    library prints to stderr on its own (file descriptor 2 points there), so nothing is written
-    into the prompt. Errors after the session are printed to the real stderr again."""
-    if console is None or not console.interactive:
-        yield
-        return
-    setup_logging(settings, to_file=True, to_stderr=False)
-    sys.stderr.flush()
-    saved = os.dup(2)
-    fd = os.open(log_file(settings), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.dup2(fd, 2)
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(fd)
-
-
 def cmd_chat(settings: Settings, args) -> int:
     if not settings.llm_configured:
         print(NO_LLM_TEXT, file=sys.stderr)
@@ -155,7 +90,7 @@ def cmd_chat(settings: Settings, args) -> int:
     if console.interactive:
         print(f"memgate: talking as {console.user}. /help for commands; /quit, Ctrl-D or Ctrl-C to leave.\n"
               f"(arrow keys edit the line, Up recalls earlier ones; logs go to {log_file(settings)})\n")
-    with _terminal_session(settings, console):
+    with terminal_session(settings, console):
         code = asyncio.run(_serve(settings, [console], until_console_closes=True,
                                   serve_api=bool(args.api) and settings.api.enabled))
     return code
@@ -206,7 +141,7 @@ def cmd_run(settings: Settings, args) -> int:
     if console is not None and console.interactive:
         print(f"memgate: running {', '.join(c.name for c in channels)}; talking here as {console.user}. "
               f"/quit, Ctrl-D or Ctrl-C stops every channel.\n(logs go to {log_file(settings)})\n")
-    with _terminal_session(settings, console):
+    with terminal_session(settings, console):
         if not settings.llm_configured:
             log.warning("no LLM configured: the bot answers commands only. %s", NO_LLM_TEXT.splitlines()[0])
         log.info("starting channels: %s", ", ".join(c.name for c in channels))

@@ -40,18 +40,18 @@ class Tty:
     def __init__(self, args: list[str], env: dict[str, str], cwd: str = ROOT) -> None:
         self._screen = _Screen()
         self.child = pexpect.spawn(sys.executable, args, env=env, cwd=cwd, encoding="utf-8", codec_errors="replace",
-                                   dimensions=(ROWS, COLS), timeout=120)
+                                   dimensions=(ROWS, COLS), timeout=300)
         self.child.logfile_read = self._screen
 
-    async def expect(self, pattern, timeout: float = 120) -> str:
+    async def expect(self, pattern, timeout: float = 300) -> str:
         """Wait for `pattern` (a regex, or a list of them) in the output; returns what matched."""
         await self.child.expect(pattern, timeout=timeout, async_=True)
         return self.child.after if isinstance(self.child.after, str) else ""
 
-    async def expect_exact(self, text: str, timeout: float = 120) -> None:
+    async def expect_exact(self, text: str, timeout: float = 300) -> None:
         await self.child.expect_exact(text, timeout=timeout, async_=True)
 
-    async def wait_screen(self, predicate, what: str, timeout: float = 120) -> None:
+    async def wait_screen(self, predicate, what: str, timeout: float = 300) -> None:
         """Read output until the screen satisfies `predicate(lines)` (a terminal redraws in place,
         so what a person sees is the screen, not the byte stream)."""
         loop = asyncio.get_running_loop()
@@ -66,11 +66,11 @@ class Tty:
                     raise AssertionError(f"the process ended before the screen showed {what}:\n{self.screen()}")
                 return
 
-    async def prompt(self, prompt: str, timeout: float = 120) -> None:
+    async def prompt(self, prompt: str, timeout: float = 300) -> None:
         """Wait until the cursor sits on an empty `prompt` line (the prompt is back and ready)."""
         await self.wait_screen(lambda lines: self.cursor_line() == prompt.rstrip(), f"the prompt {prompt!r}", timeout)
 
-    async def shows(self, text: str, timeout: float = 120) -> None:
+    async def shows(self, text: str, timeout: float = 300) -> None:
         await self.wait_screen(lambda lines: any(text in line for line in lines), repr(text), timeout)
 
     def send(self, text: str) -> None:
@@ -95,7 +95,7 @@ class Tty:
     def cursor_line(self) -> str:
         return self._screen.screen.display[self._screen.screen.cursor.y].rstrip()
 
-    async def exit_status(self, timeout: float = 120) -> int:
+    async def exit_status(self, timeout: float = 300) -> int:
         """Wait for the process to end (reading what it still prints) and return its status."""
         await self.child.expect(pexpect.EOF, timeout=timeout, async_=True)
         loop = asyncio.get_running_loop()

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bot.cli import log_file, setup_logging
+from bot.logs import log_file, setup_logging
 from bot.config import load_settings
 from tests.fakes import brain
 

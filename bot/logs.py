@@ -1,0 +1,79 @@
+"""Where memgate's log records go: the rotating memgate.log in the data folder and/or stderr,
+and nowhere near the prompt while a person chats in this terminal."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from bot.config import Settings
+
+
+class _KeyValueFormatter(logging.Formatter):
+    """One line per record: time level logger msg (structured enough for grep, no secrets)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        base = f"{self.formatTime(record, '%Y-%m-%dT%H:%M:%S')} level={record.levelname} logger={record.name} msg={record.getMessage()!r}"
+        if record.exc_info:
+            base += "\n" + self.formatException(record.exc_info)
+        return base
+
+
+def log_file(settings: Settings) -> Path:
+    return settings.data_path / "memgate.log"
+
+
+def setup_logging(settings: Settings, *, to_file: bool, to_stderr: bool | int = True) -> None:
+    """Log records to the rotating log file in the data folder and/or to stderr.
+
+    `to_stderr`: True = every record, a level = from that level up, False = none (the terminal
+    is the chat: nothing may be printed into the prompt)."""
+    from logging.handlers import RotatingFileHandler
+
+    root = logging.getLogger()
+    root.handlers.clear()
+    level = getattr(logging, settings.log_level.upper(), logging.INFO)
+    fmt = _KeyValueFormatter()
+    if to_file:
+        settings.data_path.mkdir(parents=True, exist_ok=True)
+        # Rotated by size so an always-on bot cannot fill the disk with its log.
+        fh = RotatingFileHandler(log_file(settings), maxBytes=int(settings.log_max_mb * 1024 * 1024),
+                                 backupCount=settings.log_backups, encoding="utf-8")
+        fh.setFormatter(fmt)
+        fh.setLevel(level)
+        root.addHandler(fh)
+    if to_stderr is not False:
+        sh = logging.StreamHandler(sys.stderr)
+        sh.setFormatter(fmt)
+        if to_stderr is not True:
+            sh.setLevel(to_stderr)
+        root.addHandler(sh)
+    root.setLevel(level)
+    for noisy in ("httpx", "httpcore", "LiteLLM", "litellm", "telegram", "apscheduler", "aiohttp.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@contextmanager
+def terminal_session(settings: Settings, console) -> Iterator[None]:
+    """While a person chats in this terminal: logs go to the log file only, and so does anything a
+    library prints to stderr on its own (file descriptor 2 points there), so nothing is written
+    into the prompt. Errors after the session are printed to the real stderr again."""
+    if console is None or not console.interactive:
+        yield
+        return
+    setup_logging(settings, to_file=True, to_stderr=False)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(log_file(settings), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
