@@ -60,8 +60,9 @@ class Tty:
             if loop.time() > deadline:
                 raise AssertionError(f"the screen never showed {what}:\n{self.screen()}")
             # pexpect answers from its buffer without yielding: give the loop (and the fakes on it) a turn.
-            await asyncio.sleep(0.01)
-            if await self.child.expect([pexpect.TIMEOUT, pexpect.EOF, r"[\s\S]"], timeout=0.2, async_=True) == 1:
+            # Everything buffered at once (a redraw is thousands of bytes; one by one falls behind).
+            await asyncio.sleep(0)
+            if await self.child.expect([pexpect.TIMEOUT, pexpect.EOF, r"[\s\S]+"], timeout=0.2, async_=True) == 1:
                 if not predicate(self.screen_lines()):
                     raise AssertionError(f"the process ended before the screen showed {what}:\n{self.screen()}")
                 return
