@@ -34,8 +34,9 @@ class SetupChoices:
 
 
 def _s(value: str) -> str:
-    """A TOML basic string (JSON's escapes are TOML's)."""
-    return json.dumps(value, ensure_ascii=False)
+    """A TOML basic string: JSON's escapes are TOML's, and DEL (which JSON leaves as it is but
+    TOML refuses raw) is escaped too."""
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def render_config(c: SetupChoices, env_path: Path | None, now: datetime) -> str:

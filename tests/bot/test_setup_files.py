@@ -8,7 +8,7 @@ import stat
 from datetime import datetime
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bot.config import load_settings, read_env_file
@@ -21,6 +21,7 @@ secret_text = st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs", "
 
 @settings(max_examples=60, deadline=None)
 @given(token=secret_text, key=secret_text, name=st.text(min_size=1, max_size=30))
+@example(token="0", key="0", name="\x7f")   # DEL: JSON leaves it raw, TOML refuses it raw
 def test_secrets_round_trip_through_the_env_file_and_never_reach_the_toml(tmp_path_factory, token, key, name):
     tmp = tmp_path_factory.mktemp("setup")
     # Marked, so a leak into the TOML is found whatever the random rest of the value is.
