@@ -120,6 +120,7 @@ async def run(args: argparse.Namespace) -> int:
                 sampler.cancel()
                 turns = app.engine.worker.stats.turns
                 memory_calls = calls["memory"]
+                by_purpose = dict(app.memory_llm.usage.calls)
         total = args.chats * args.messages
         print(f"ingest load: {args.chats} chats x {args.messages} messages, every LLM call {args.delay:g} s, "
               f"ingest_workers {args.workers}")
@@ -134,6 +135,8 @@ async def run(args: argparse.Namespace) -> int:
         print(f"{'memory LLM calls per ingested turn':<44} {memory_calls / max(turns, 1):>10.2f}")
         print(f"{'  of which after the last reply':<44} {memory_calls - memory_before:>10} calls, "
               f"{turns - turns_before} turns")
+        print(f"{'  by purpose (calls per ingested turn)':<44} "
+              + ", ".join(f"{p} {n / max(turns, 1):.2f}" for p, n in sorted(by_purpose.items())))
         every = max(1, len(backlog) // 12)
         print("backlog over time (s: turns): " + ", ".join(f"{t:.0f}: {n}" for t, n in backlog[::every]))
         return 0 if not left else 1
