@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from datetime import datetime, timedelta
 
@@ -328,8 +329,18 @@ class _VecEmbedder:
         return np.stack([self.embed_query(t) for t in texts])
 
     def embed_query(self, text):
-        v = np.random.default_rng(abs(hash(text)) % 2**32).normal(size=DIM).astype(np.float32)
+        # hashlib, not hash(): str hashes change per process, and so did this test's data.
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+        v = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
         return v / np.linalg.norm(v)
+
+
+def same_up_to_near_ties(a, b, tol: float = 2e-4) -> bool:
+    """The same hits, in an order that differs only between hits scored within `tol`."""
+    if {h.id for h in a} != {h.id for h in b}:
+        return False
+    pos = {h.id: i for i, h in enumerate(b)}
+    return all(pos[x.id] < pos[y.id] or abs(x.score - y.score) <= tol for i, x in enumerate(a) for y in a[i + 1:])
 
 
 def test_recall_through_the_cache_equals_recall_through_sql(mem_store):
@@ -348,5 +359,8 @@ def test_recall_through_the_cache_equals_recall_through_sql(mem_store):
         cache_for(mem_store).min_rows = 10**9
         cache_for(mem_store).clear()
         b = fast.search(query, spaces, limit=8, now=NOW)
-        assert [(h.id, h.score) for h in a] == [(h.id, h.score) for h in b]
+        # numpy and DuckDB sum a cosine's float32 products in different orders: the last bits
+        # differ, so two near-equal memories may swap; the same memories, the same scores.
+        assert [h.id for h in a] == [h.id for h in b] or same_up_to_near_ties(a, b)
+        assert all(abs(x.score - y.score) <= 2e-4 for x, y in zip(sorted(a, key=lambda h: h.id), sorted(b, key=lambda h: h.id)))
         assert a and all(h.space_id in spaces for h in a)
