@@ -16,9 +16,10 @@ from pathlib import Path
 from memory.embed import Embedder
 from memory.errors import MemgateError
 from memory.store.connection import Conn, Store, vector_literal
-from memory.store.keywords import keyword_candidates
+from memory.store.keywords import keyword_search
+from memory.store.postings_cache import postings_for
 from memory.store.rows import NewMemory, bump_seq, ensure_space, insert_memories, new_id, utc_naive
-from memory.store.vectors import vector_candidates
+from memory.store.vectors import cache_for
 from memory.tasks.rules import SkillThresholds
 from memory.tasks.skill_files import SkillDoc, index_text, parse_skill_md, skill_text, write_skill_file
 from memory.text import content_hash, query_terms, search_text, trim
@@ -204,8 +205,10 @@ class SkillLibrary:
         n = max(limit * 5, 50)
 
         def read(c: Conn) -> list[SkillView]:
-            vec = vector_candidates(c, qvec, space_ids, n, ["skill"])
-            kw = keyword_candidates(c, terms, space_ids, n, ["skill"])
+            # The in-memory vectors and postings recall keeps (the same rows as the SQL scans,
+            # which read every vector of the spaces' row groups: ~30 ms at 10k memories).
+            vec = cache_for(self.store).candidates(c, qvec, space_ids, n, ["skill"])
+            kw = keyword_search(c, terms, space_ids, n, ["skill"], cache=postings_for(self.store))[0]
             scores = related_scores(vec, kw, self.settings.vector_weight, self.settings.keyword_weight)
             if not scores:
                 return []
