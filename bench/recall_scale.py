@@ -34,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.progress import progress  # noqa: E402
 from memory.embed import LocalE5Embedder  # noqa: E402
 from memory.store.keywords import rebuild_index  # noqa: E402
 from memory.store.rows import insert_memories  # noqa: E402
@@ -212,7 +213,8 @@ class ClausePool:
         self.texts = list(seen)
         self.zh = np.array([any("\u4e00" <= ch <= "\u9fff" for ch in t) for t in self.texts])
         t0 = time.perf_counter()
-        self.vecs = embedder.embed_passages(self.texts).astype(np.float32)
+        self.vecs = np.vstack([embedder.embed_passages(self.texts[lo:lo + 256]) for lo in
+                               progress(range(0, len(self.texts), 256), "embedding the clause pool (batches of 256)")]).astype(np.float32)
         self.embed_s = time.perf_counter() - t0
         self._by_lang = {False: np.flatnonzero(~self.zh), True: np.flatnonzero(self.zh)}
 
@@ -237,7 +239,7 @@ def bulk_insert(store: Store, pool: ClausePool, rng: np.random.Generator, plan: 
     total = len(spaces)
     step = SPAN_DAYS * 86400 / total
     done = 0
-    for lo in range(0, total, batch):
+    for lo in progress(range(0, total, batch), "bulk insert (batches)"):
         part = spaces[lo:lo + batch]
         texts, vecs = pool.messages(rng, len(part))
         msgs = [RawMessage(space_id=plan[s][0], role="user", text=t, speaker="user" if (lo + i) % 2 else "friend",
@@ -259,7 +261,7 @@ def build(db: Path, embedder: LocalE5Embedder, seed: int, pool_size: int) -> dic
         # 1. Raw ingest through store_raw: the 1k space and the public space, with real embeddings.
         msgs = conversation(rng, "scale:1k", SIZES["1k"], START) + conversation(rng, "scale:public", PUBLIC_ROWS, START)
         t0 = time.perf_counter()
-        for lo in range(0, len(msgs), 64):  # the gateway ingests a few turns at a time, not one huge batch
+        for lo in progress(range(0, len(msgs), 64), "raw ingest (batches of 64)"):  # the gateway ingests a few turns at a time
             store_raw(store, embedder, msgs[lo:lo + 64])
         info["ingest_rows"] = len(msgs)
         info["ingest_s"] = time.perf_counter() - t0
@@ -298,7 +300,7 @@ def run_queries(recaller: Recaller, qs: list[str], space: str, now: datetime, ro
     recaller.search(qs[0], [space, "scale:public"], limit=10, now=now)
     first = recaller.last_timing.search_ms
     out: list[list[float]] = [[] for _ in qs]
-    for _ in range(rounds):
+    for _ in progress(range(rounds), f"{space}: passes over the questions"):
         for k, q in enumerate(qs):
             recaller.search(q, [space, "scale:public"], limit=10, now=now)
             out[k].append(recaller.last_timing.search_ms)
@@ -383,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     now = START + timedelta(days=SPAN_DAYS + 1)
     qs = questions(random.Random(args.seed + 100), args.queries)
     embed_ms = []
-    for q in qs:  # the first embedding of each question is the real cost (later ones hit the LRU)
+    for q in progress(qs, "embedding the questions"):  # the first embedding is the real cost (later ones hit the LRU)
         t0 = time.perf_counter()
         embedder.embed_query(q)
         embed_ms.append((time.perf_counter() - t0) * 1000)

@@ -435,7 +435,7 @@ def cmd_onboard(args) -> int:
         from adapters.wechat.ilink.login import login
         from adapters.wechat.ilink.protocol import DEFAULT_BASE_URL
 
-        creds = await login(DEFAULT_BASE_URL, data_dir)
+        creds = await login(args.wechat_api_base or DEFAULT_BASE_URL, data_dir)
         return f"  logged in as WeChat bot {creds.ilink_bot_id}"
 
     asker = None if args.non_interactive else TerminalAsker()
@@ -545,6 +545,7 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--channels", help="comma-separated: console (always on), telegram, wechat (default: console)")
     o.add_argument("--telegram-token-env", metavar="VAR", help="the variable holding the bot token (default TELEGRAM_BOT_TOKEN)")
     o.add_argument("--telegram-api-base", metavar="URL", help="a Bot API server other than api.telegram.org (…/bot)")
+    o.add_argument("--wechat-api-base", metavar="URL", help="an iLink server other than WeChat's own, for the QR login")
     o.add_argument("--owner", action="append", metavar="CHANNEL:ID", help="an owner, e.g. telegram:123456789 (repeatable)")
     o.add_argument("--user", help="your name in the terminal chat (default: $USER)")
     o.add_argument("--force", action="store_true", help="replace an existing config file")

@@ -161,3 +161,41 @@ async def test_interactive_onboard_answers_every_question_then_run_replies(tmp_p
     reply = await run_and_get_a_reply(config, telegram, transcript)
     assert "You said: hello, I just set you up" in reply
     (tmp_path / "transcript.txt").write_text("\n".join(transcript))
+
+
+async def test_interactive_onboard_logs_the_wechat_bot_in_by_qr_code(tmp_path, fake_llm):
+    """The WeChat step runs the real QR login (against the fake iLink server): the code is shown,
+    the scan confirmed, the credentials saved in the data folder, and the config enables WeChat."""
+    from tests.fakes.ilink import FakeIlink
+
+    fake_llm.responder = brain.respond
+    config, data = tmp_path / "cfg" / "memgate.toml", tmp_path / "data"
+    env = tty_env(tmp_path / "home", None)
+    env.pop("MEMGATE_CONFIG")
+    async with FakeIlink(qr_statuses=("wait", "scaned", "confirmed")) as ilink:
+        tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
+                   "--wechat-api-base", ilink.base_url], env)
+        try:
+            await tty.shows("Where should memgate keep its data?")
+            tty.send(f"{data}\r")
+            await tty.shows("Which one?")
+            number = next(line.split(")")[0].strip() for line in tty.screen_lines() if fake_llm.base_url in line)
+            tty.send(f"{number}\r")
+            await tty.shows("Which model?")
+            tty.send("fake-model\r")
+            await tty.shows("Your name in the terminal chat")
+            tty.send("ann\r")
+            await tty.shows("Telegram? [y/N]")
+            tty.send("n\r")
+            await tty.shows("WeChat (personal account, iLink QR login)? [y/N]")
+            tty.send("y\r")
+            await tty.shows("Log the WeChat bot in now (QR code)?")
+            tty.send("y\r")
+            await tty.shows("logged in as WeChat bot")
+            await tty.shows("Start it with:")
+            assert await tty.exit_status() == 0
+        finally:
+            tty.close()
+    assert (data / "wechat_credentials.json").is_file()
+    written = tomllib.loads(config.read_text())
+    assert written["channels"]["wechat"]["enabled"] is True
