@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.progress import bar  # noqa: E402
 from bot.app import build_app  # noqa: E402
 from bot.config import load_settings  # noqa: E402
 from bot.message import Message, Reply  # noqa: E402
@@ -100,9 +101,12 @@ async def run(args: argparse.Namespace) -> int:
                 backlog: list[tuple[float, int]] = []
                 t0 = time.perf_counter()
 
+                shown = bar("turns ingested", args.chats * args.messages)
+
                 async def sample() -> None:
                     while True:
                         backlog.append((time.perf_counter() - t0, await asyncio.to_thread(pending_count, app.store)))
+                        shown.update(app.engine.worker.stats.turns - shown.n)
                         await asyncio.sleep(args.sample)
 
                 sampler = asyncio.create_task(sample())
@@ -118,6 +122,7 @@ async def run(args: argparse.Namespace) -> int:
                 emptied = time.perf_counter() - t0
                 left = await asyncio.to_thread(pending_count, app.store)
                 sampler.cancel()
+                shown.close()
                 turns = app.engine.worker.stats.turns
                 memory_calls = calls["memory"]
                 by_purpose = dict(app.memory_llm.usage.calls)

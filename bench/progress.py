@@ -22,6 +22,13 @@ def progress(items: Iterable[T], what: str, total: int | None = None) -> Iterato
     yield from tqdm(items, desc=what, total=total, file=sys.stderr, leave=False, mininterval=0.5)
 
 
+def bar(what: str, total: int):
+    """A progress bar on stderr to move by hand (`.update(n)`, `.close()`)."""
+    from tqdm import tqdm
+
+    return tqdm(desc=what, total=total, file=sys.stderr, leave=False, mininterval=0.5)
+
+
 def readme_line(word: str) -> str:
     """The first README line that mentions `word` (case-insensitive), stripped."""
     for line in README.read_text(encoding="utf-8").splitlines():
