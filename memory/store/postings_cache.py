@@ -103,11 +103,11 @@ class PostingsCache:
             parts.append(sp)
         docs, scores = [], []
         for sp in parts:
-            sel = [sp.slices[t] for t in stems if t in sp.slices]
+            sel = [(t, *sp.slices[t]) for t in stems if t in sp.slices]
             if not sel:
                 continue
-            idx = np.concatenate([np.arange(a, e) for a, e in sel])
-            weight = np.concatenate([np.full(e - a, idf[t]) for t, (a, e) in zip([t for t in stems if t in sp.slices], sel)])
+            idx = np.concatenate([np.arange(a, e) for _, a, e in sel])
+            weight = np.concatenate([np.full(e - a, idf[t]) for t, a, e in sel])
             if kinds:
                 keep = np.isin(sp.kind[idx], list(kinds))
                 idx, weight = idx[keep], weight[keep]

@@ -118,6 +118,21 @@ async def test_non_interactive_onboard_with_no_model_server_says_what_to_run(tmp
     assert not (tmp_path / "m.toml").exists()
 
 
+async def answer_data_model_and_name(tty: Tty, data: Path, llm_base: str) -> None:
+    """The first questions of an interactive onboard: data folder, the found server, its model,
+    the one-call model test, the terminal user's name."""
+    await tty.shows("Where should memgate keep its data?")
+    tty.send(f"{data}\r")
+    await tty.shows("Which one?")
+    number = next(line.split(")")[0].strip() for line in tty.screen_lines() if llm_base in line)
+    tty.send(f"{number}\r")
+    await tty.shows("Which model?")
+    tty.send("fake-model\r")
+    await tty.shows("ok, it answered")
+    await tty.shows("Your name in the terminal chat")
+    tty.send("ann\r")
+
+
 async def test_interactive_onboard_answers_every_question_then_run_replies(tmp_path, fake_llm, telegram):
     fake_llm.responder = brain.respond
     config = tmp_path / "cfg" / "memgate.toml"
@@ -126,16 +141,7 @@ async def test_interactive_onboard_answers_every_question_then_run_replies(tmp_p
     tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
                "--telegram-api-base", telegram.base_url], env)
     try:
-        await tty.shows("Where should memgate keep its data?")
-        tty.send(f"{tmp_path / 'data'}\r")
-        await tty.shows("Which one?")
-        number = next(line.split(")")[0].strip() for line in tty.screen_lines() if fake_llm.base_url in line)
-        tty.send(f"{number}\r")
-        await tty.shows("Which model?")
-        tty.send("fake-model\r")
-        await tty.shows("ok, it answered")
-        await tty.shows("Your name in the terminal chat")
-        tty.send("ann\r")
+        await answer_data_model_and_name(tty, tmp_path / "data", fake_llm.base_url)
         await tty.shows("Telegram? [y/N]")
         tty.send("y\r")
         await tty.shows("WeChat (personal account, iLink QR login)? [y/N]")
@@ -176,15 +182,7 @@ async def test_interactive_onboard_logs_the_wechat_bot_in_by_qr_code(tmp_path, f
         tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
                    "--wechat-api-base", ilink.base_url], env)
         try:
-            await tty.shows("Where should memgate keep its data?")
-            tty.send(f"{data}\r")
-            await tty.shows("Which one?")
-            number = next(line.split(")")[0].strip() for line in tty.screen_lines() if fake_llm.base_url in line)
-            tty.send(f"{number}\r")
-            await tty.shows("Which model?")
-            tty.send("fake-model\r")
-            await tty.shows("Your name in the terminal chat")
-            tty.send("ann\r")
+            await answer_data_model_and_name(tty, data, fake_llm.base_url)
             await tty.shows("Telegram? [y/N]")
             tty.send("n\r")
             await tty.shows("WeChat (personal account, iLink QR login)? [y/N]")
