@@ -145,7 +145,11 @@ class ConsoleAdapter:
             with StdoutProxy(raw=True) as proxy, _stdout_as(proxy):
                 while True:
                     try:
-                        text = await self._session.prompt_async(f"{self.user}> ", rprompt=self._rprompt)
+                        # Not prompt_toolkit's loop exception handler: it takes the terminal over with
+                        # "Press ENTER to continue" for any stray error of any task, eating the keys
+                        # typed meanwhile. The process's own handler logs them (bot/logs.py).
+                        text = await self._session.prompt_async(f"{self.user}> ", rprompt=self._rprompt,
+                                                                set_exception_handler=False)
                     except (EOFError, KeyboardInterrupt):  # Ctrl-D, Ctrl-C
                         break
                     if not await self._line(clean_text(text)):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bot.config import Settings, load_settings
 from bot.errors import ConfigError, MemgateError, StoreLockedError
-from bot.logs import log_file, setup_logging, terminal_session
+from bot.logs import log_file, log_loop_exceptions, setup_logging, terminal_session
 
 log = logging.getLogger("memgate")
 
@@ -41,6 +41,7 @@ async def _serve(settings: Settings, channels, *, until_console_closes: bool, se
     app = build_app(settings, channels=channels, serve_api=serve_api)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    log_loop_exceptions(loop)
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, stop.set)

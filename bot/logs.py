@@ -57,6 +57,19 @@ def setup_logging(settings: Settings, *, to_file: bool, to_stderr: bool | int = 
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def log_loop_exceptions(loop) -> None:
+    """What no task handled goes to the log, with its traceback, and not onto the terminal."""
+    logger = logging.getLogger("bot.loop")
+
+    def handler(_loop, context: dict) -> None:
+        exc = context.get("exception")
+        where = context.get("task") or context.get("future") or context.get("handle") or ""
+        logger.error("unhandled in the event loop: %s %s", context.get("message", ""), where,
+                     exc_info=(type(exc), exc, exc.__traceback__) if exc else None)
+
+    loop.set_exception_handler(handler)
+
+
 @contextmanager
 def terminal_session(settings: Settings, console) -> Iterator[None]:
     """While a person chats in this terminal: logs go to the log file only, and so does anything a

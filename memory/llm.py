@@ -168,10 +168,13 @@ class LiteLLM:
         """Import litellm and run one offline mock call (blocking: call from a thread at start).
 
         Importing litellm takes ~5 s of CPU and its first call loads more lazily; done inside
-        an async call it froze every channel. `complete` also imports off the loop if needed."""
+        an async call it froze every channel. `complete` also imports off the loop if needed.
+        The sync call, not `acompletion` in a loop of its own: litellm binds its async logging
+        worker to the loop of its first async call, and that throwaway loop's tasks were then
+        carried onto the bot's loop (measured: the first real call is as fast either way)."""
         lib = self._lib()
-        asyncio.run(lib.acompletion(model=self.settings.model, messages=[{"role": "user", "content": "warm up"}],
-                                    mock_response="ok", api_key="sk-warm-up"))
+        lib.completion(model=self.settings.model, messages=[{"role": "user", "content": "warm up"}],
+                       mock_response="ok", api_key="sk-warm-up")
 
     def _account(self, purpose: str, ok: bool, prompt: int, completion: int) -> None:
         self.usage.add(purpose, prompt, completion, ok)

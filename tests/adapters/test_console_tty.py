@@ -126,3 +126,56 @@ async def test_run_in_a_terminal_keeps_logs_out_of_the_prompt_and_ctrl_d_ends_it
     assert "level=" not in everything and "LiteLLM" not in everything
     log = (tmp_path / "data" / "memgate.log").read_text()
     assert "starting channels: console" in log and "level=DEBUG" in log
+
+
+# The terminal channel alone on a pty, with the process's loop handler as `memgate chat` sets it,
+# and a turn that leaves an error no task handles (what a library's orphaned task does).
+STRAY_ERROR_CHAT = """
+import asyncio, logging, sys
+from adapters.console import ConsoleAdapter
+from bot.logs import log_loop_exceptions
+from bot.message import Reply
+
+logging.basicConfig(filename=sys.argv[1], level=logging.INFO)
+
+async def main():
+    console = ConsoleAdapter("ann")
+    seen, tasks = [], set()
+
+    async def answer(text, turn):
+        await asyncio.sleep(0.3)  # the prompt is back: the gateway answers in a task of its own
+        asyncio.get_running_loop().call_exception_handler({"message": "a stray error of turn %d" % turn})
+        await console.send(Reply(channel="console", chat_id="ann", text="got " + text))
+
+    async def inbound(msg):
+        seen.append(msg.text)
+        tasks.add(asyncio.create_task(answer(msg.text, len(seen))))
+
+    log_loop_exceptions(asyncio.get_running_loop())
+    await console.start(inbound)
+    await console.closed.wait()
+    print("seen:", seen)
+
+asyncio.run(main())
+"""
+
+
+async def test_an_error_no_task_handled_is_logged_and_never_takes_the_keys(tmp_path):
+    log = tmp_path / "chat.log"
+    tty = Tty(["-c", STRAY_ERROR_CHAT, str(log)], tty_env(tmp_path, None))
+    try:
+        await tty.prompt("ann> ")
+        tty.send("first\r")
+        await tty.shows("got first")
+        # A hijacked terminal shows "Press ENTER to continue" and never the prompt: fail in a minute.
+        await tty.prompt("ann> ", timeout=60)
+        tty.send("second\r")      # typed as soon as the prompt is back, as people do
+        await tty.shows("got second")
+        await tty.prompt("ann> ")
+        tty.send("/quit\r")
+        await tty.shows("seen: ['first', 'second']")
+        assert await tty.exit_status() == 0
+        assert "Press ENTER" not in tty.transcript() and "stray" not in tty.transcript()
+    finally:
+        tty.close()
+    assert "a stray error of turn 1" in log.read_text() and "a stray error of turn 2" in log.read_text()
