@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -53,9 +53,8 @@ class IngestSettings:
     title_min_chars: int = TITLE_CHARS      # shorter messages are their own title (no LLM tokens)
     max_attempts: int = 3
     backoff_seconds: float = 30.0
-    batch: int = 16                          # turns per worker and round
     workers: int = 4                         # spaces ingested at once
-    per_space: int = 4                       # a space's turns per round (the rest wait one round)
+    per_space: int = 16                      # a space's turns per claim (then it queues behind older ones)
     batch_tokens: int = 2000                 # a space's queued turns share one LLM call up to this size
     fold_reconcile: bool = True              # False: close facts always go to the separate reconcile call
     poll_seconds: float = 5.0
@@ -131,6 +130,7 @@ class IngestWorker:
         self._task: asyncio.Task | None = None
         self._stopping = False
         self._lock = asyncio.Lock()
+        self._changed = asyncio.Event()   # replaced at each change: a waiter keeps the one it saw
         self.stats = IngestStats()
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -155,8 +155,9 @@ class IngestWorker:
                 log.warning("ingest drain timed out; the queue keeps the rest for the next start")
 
     def notify(self) -> None:
-        """A turn was queued: wake the loop."""
+        """A turn was queued: wake the loop, and the slots of a drain waiting for work."""
         self._wake.set()
+        self._signal_change()
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -177,34 +178,56 @@ class IngestWorker:
     async def drain(self) -> int:
         """Ingest every due turn; returns how many were processed.
 
-        Different spaces are ingested in parallel (at most `workers` at once: the LLM calls are
-        what takes the time), each space's turns one after another in queue order, so a turn's
-        facts are reconciled against what the turn before it stored. Each round takes at most
-        `per_space` turns of any one space, so a long backlog in one space cannot hold up the
-        others for more than a round; those turns share LLM calls up to `batch_tokens`.
+        `workers` slots run at once (the LLM calls are what takes the time). Each claims the
+        space whose oldest due turn is the oldest among the spaces no other slot holds, takes
+        up to `per_space` of that space's due turns in queue order, ingests them (sharing LLM
+        calls up to `batch_tokens`) and claims again. So a space's turns go one after another,
+        in order, so that a turn's facts are reconciled against what the turn before it stored;
+        different spaces go in parallel; and a space that waited has its queued turns share a
+        call. A slot with nothing to claim waits while others work (what they release, and
+        turns queued meanwhile, may be its next claim); the drain ends when no slot works.
         """
-        done = 0
         async with self._lock:
-            while True:
-                now = utc_naive(self._clock())
-                rows = await self.store.aread(lambda c: due_turns(c, now, self.settings.per_space,
-                                                                  self.settings.batch * self.settings.workers))
-                if not rows:
-                    return done
-                gate = asyncio.Semaphore(self.settings.workers)
+            held: set[str] = set()
+            claiming = asyncio.Lock()
+            done = 0
 
-                async def lane(turns: list[tuple]) -> None:
-                    async with gate:
-                        for batch in batches(turns, self.settings.batch_tokens):
+            async def claim() -> list[tuple]:
+                async with claiming:
+                    now = utc_naive(self._clock())
+                    rows = await self.store.aread(lambda c: next_space_turns(c, now, held, self.settings.per_space))
+                    if rows:
+                        held.add(rows[0][1])
+                    return rows
+
+            async def slot() -> None:
+                nonlocal done
+                while True:
+                    rows = await claim()
+                    if not rows:
+                        changed = self._changed
+                        if not held:
+                            return
+                        await changed.wait()
+                        continue
+                    try:
+                        for batch in batches(rows, self.settings.batch_tokens):
                             if len(batch) == 1 or self.llm is None:
                                 await self._process(*batch[0])
                             else:
                                 await self._process_batch(batch)
+                    finally:
+                        held.discard(rows[0][1])
+                        self._signal_change()
+                    done += len(rows)
 
-                await asyncio.gather(*(lane(turns) for turns in by_space(rows).values()))
-                done += len(rows)
-                if self._stopping and done and len(rows) < self.settings.batch:
-                    return done
+            await asyncio.gather(*(slot() for _ in range(self.settings.workers)))
+            return done
+
+    def _signal_change(self) -> None:
+        """Wake the slots waiting for something to claim (a space released, a turn queued)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     async def _process(self, qid: str, space_id: str, session_id: str | None, turn_id: str, payload: str,
                        attempts: int) -> None:
@@ -582,19 +605,14 @@ def payload_tokens(payload: str) -> int:
     return sum(estimate_tokens(m.text[:4000]) + 4 for m in messages)
 
 
-def due_turns(con: Conn, now: datetime, per_space: int, limit: int) -> list[tuple]:
-    """Queue rows due now: the first `per_space` of each space, oldest first, at most `limit`."""
+def next_space_turns(con: Conn, now: datetime, held: Collection[str], limit: int) -> list[tuple]:
+    """The next claim: up to `limit` due queue rows, in queue order, of the space whose oldest
+    due turn is the oldest among the spaces not in `held` (the ones other slots work on)."""
     return con.execute(
-        """SELECT id, space_id, session_id, turn_id, payload, attempts FROM (
-               SELECT *, row_number() OVER (PARTITION BY space_id ORDER BY created_at, id) AS k
-               FROM ingest_queue WHERE status = 'pending' AND next_attempt_at <= ?)
-           WHERE k <= ? ORDER BY created_at, id LIMIT ?""",
-        [now, per_space, limit]).fetchall()
-
-
-def by_space(rows: Sequence[tuple]) -> dict[str, list[tuple]]:
-    """Queue rows grouped by space (column 1), each group in the rows' order."""
-    lanes: dict[str, list[tuple]] = {}
-    for row in rows:
-        lanes.setdefault(row[1], []).append(row)
-    return lanes
+        """WITH due AS (SELECT id, space_id, session_id, turn_id, payload, attempts, created_at FROM ingest_queue
+                        WHERE status = 'pending' AND next_attempt_at <= ?
+                          AND space_id NOT IN (SELECT unnest(?::VARCHAR[])))
+           SELECT id, space_id, session_id, turn_id, payload, attempts FROM due
+           WHERE space_id = (SELECT space_id FROM due ORDER BY created_at, id LIMIT 1)
+           ORDER BY created_at, id LIMIT ?""",
+        [now, sorted(held), limit]).fetchall()

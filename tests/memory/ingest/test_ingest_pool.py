@@ -7,6 +7,7 @@ Found: one IngestWorker processed one turn at a time for all people together; wi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from datetime import timedelta
@@ -17,8 +18,9 @@ from hypothesis import strategies as st
 
 from memory import prompts
 from memory.engine import MemoryEngine
+from memory.llm import LiteLLM, LLMSettings
 from memory.ingest.capture import CapturedTurn, TurnMessage, capture
-from memory.ingest.worker import IngestSettings, by_space, due_turns
+from memory.ingest.worker import IngestSettings, next_space_turns
 from memory.store.connection import Store
 from memory.store.rows import utc_naive
 from tests.fakes.llm_server import Delay
@@ -71,9 +73,10 @@ class Ledger:
         return False
 
 
-def queue(store: Store, clock, order: list[str]) -> dict[str, list[int]]:
-    """Capture one turn per entry of `order` (a space name), a second apart; the turn numbers per space."""
-    numbers: dict[str, list[int]] = {}
+def queue(store: Store, clock, order: list[str], numbers: dict[str, list[int]] | None = None) -> dict[str, list[int]]:
+    """Capture one turn per entry of `order` (a space name), a second apart; the turn numbers per
+    space (going on from `numbers` when given)."""
+    numbers = {} if numbers is None else numbers
     for space in order:
         n = len(numbers.setdefault(space, [])) + 1
         numbers[space].append(n)
@@ -95,7 +98,7 @@ async def test_each_space_is_ingested_in_queue_order_whatever_the_interleaving(
     store = Store(tmp_path_factory.mktemp("pool") / "m.duckdb", 384)
     try:
         engine = MemoryEngine(store, embedder, llm, clock=clock.now,
-                              ingest_settings=IngestSettings(workers=workers, per_space=per_space, batch=2,
+                              ingest_settings=IngestSettings(workers=workers, per_space=per_space,
                                                              batch_tokens=batch_tokens))
         numbers = queue(store, clock, order)
         assert await engine.worker.drain() == len(order)
@@ -129,18 +132,74 @@ async def test_one_worker_never_has_two_calls_in_flight(store, embedder, llm, fa
     assert ledger.starts("amy") == [1, 2] and ledger.starts("bob") == [1] and ledger.starts("cyd") == [1]
 
 
-def test_a_round_takes_at_most_per_space_turns_of_one_space(store, clock):
-    queue(store, clock, ["amy"] * 10 + ["bob"])
-    rows = store.read(lambda c: due_turns(c, utc_naive(clock.now() + timedelta(hours=1)), 3, 100))
-    lanes = by_space(rows)
-    assert [r[3] for r in lanes["amy"]] == ["amy-1", "amy-2", "amy-3"]  # the oldest three, in order
-    assert [r[3] for r in lanes["bob"]] == ["bob-1"]  # bob's turn is not stuck behind amy's backlog
+def test_a_claim_is_the_oldest_waiting_space_not_held_at_most_per_space_turns(store, clock):
+    queue(store, clock, ["amy"] * 10 + ["bob", "cyd", "bob"])
+    later = utc_naive(clock.now() + timedelta(hours=1))
+    turns = lambda held: [r[3] for r in store.read(lambda c: next_space_turns(c, later, held, 3))]
+    assert turns(set()) == ["amy-1", "amy-2", "amy-3"]   # the oldest three of the oldest space, in order
+    assert turns({"amy"}) == ["bob-1", "bob-2"]          # bob's turns are not stuck behind amy's backlog
+    assert turns({"amy", "bob"}) == ["cyd-1"]
+    assert turns({"amy", "bob", "cyd"}) == []
+    assert store.read(lambda c: next_space_turns(c, utc_naive(clock.now() - timedelta(days=1)), set(), 3)) == []
+
+
+async def test_a_space_that_waited_has_its_queued_turns_share_one_call(store, embedder, llm, fake_llm, clock):
+    # One slot busy with amy's first turn while amy queues four more: they go together next.
+    ledger = Ledger(0.3)
+    fake_llm.responder = ledger.respond
+    engine = MemoryEngine(store, embedder, llm, clock=clock.now, ingest_settings=IngestSettings(workers=2))
+    numbers = queue(store, clock, ["amy"])
+    draining = asyncio.create_task(engine.worker.drain())
+    while not ledger.events:
+        await asyncio.sleep(0.01)
+    queue(store, clock, ["amy"] * 4 + ["bob"], numbers)
+    engine.worker.notify()
+    assert await draining + await engine.worker.drain() == 6
+    calls = [ns for kind, s, ns in ledger.events if kind == "start" and s == "amy"]
+    assert calls == [(1,), (2, 3, 4, 5)], ledger.events
+    assert not ledger.overlaps_within_a_space(), ledger.events
+
+
+async def test_a_turn_queued_while_another_space_waits_on_the_model_is_ingested_at_once(
+        store, embedder, fake_llm, clock):
+    """Found: the pool drained in rounds, and a turn queued during a round waited for the round's
+    slowest call (50 chats: 321 s of backlog after the last reply). Now a free slot claims it."""
+    ledger = Ledger(0.01)
+
+    def respond(req: dict):
+        item = ledger.respond(req)
+        if isinstance(item, Delay) and "note amy-" in req["messages"][1]["content"]:
+            return Delay(120, item.then)  # amy's model "thinks" longer than the test waits
+        return item
+
+    fake_llm.responder = respond
+    slow = LiteLLM(LLMSettings(model="openai/fake-model", api_base=fake_llm.base_url, api_key="sk-test",
+                               timeout=300, retries=0))  # no timeout ends amy's call meanwhile
+    engine = MemoryEngine(store, embedder, slow, clock=clock.now, ingest_settings=IngestSettings(workers=2))
+    numbers = queue(store, clock, ["amy"])
+    draining = asyncio.create_task(engine.worker.drain())
+    try:
+        for _ in range(1200):
+            if ledger.starts("amy"):
+                break
+            await asyncio.sleep(0.05)
+        queue(store, clock, ["bob"], numbers)
+        engine.worker.notify()
+        status = lambda turn: store.read(lambda c: c.execute(
+            "SELECT status FROM ingest_queue WHERE turn_id = ?", [turn]).fetchone()[0])
+        for _ in range(1200):  # a minute at most
+            if status("bob-1") == "done":
+                break
+            await asyncio.sleep(0.05)
+        assert status("bob-1") == "done", f"bob's turn waited for amy's call: {ledger.events}"
+        assert ("done", "amy", (1,)) not in ledger.events and status("amy-1") == "pending"
+    finally:
+        draining.cancel()  # amy's turn stays queued (the exactly-once tests cover a cut-off call)
 
 
 async def test_sigkill_mid_batch_ingests_every_turn_exactly_once(tmp_path, embedder, llm, fake_llm, clock):
     """A worker process is killed while three spaces have calls in flight and others are done;
     the next run ingests what is left: every turn's chunk and fact exactly once."""
-    import asyncio
     import signal
     import sys
     from pathlib import Path
