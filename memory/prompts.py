@@ -36,7 +36,7 @@ TURN_TASK = """CURRENT TASK
 {gist}"""
 
 TURN_BATCH_NOTE = """
-Several turns follow, each under "TURN k". Answer {"turns": {"k": the object above for turn k}}. Message numbers, titles, dedup, facts and "task" of a turn concern that turn only; a turn's CURRENT TASK includes the turns before it that continued it."""
+Several turns follow, each under "TURN k". Answer {"turns": {"k": the object above for turn k}}. Message numbers, titles, dedup, facts and "task" of a turn concern that turn only; a turn's CURRENT TASK includes the turns before it that continued it. The facts you give for earlier turns are known to later ones: a fact repeating, changing or cancelling the i-th fact of turn k gets "earlier": [k, i] and "action" as for KNOWN FACTS."""
 
 TURN_BATCH_TURN = """TURN {k}
 {turn}"""

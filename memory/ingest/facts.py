@@ -35,8 +35,24 @@ class ExtractedFact(BaseModel):
     # Reconciliation folded into the ingest call: the KNOWN FACTS id it touches and how.
     known: int | None = None
     action: str | None = None
+    # In a batched call: the fact of an earlier turn of the batch it touches, (turn k, fact i).
+    earlier: tuple[int, int] | None = None
 
     model_config = {"populate_by_name": True}
+
+    @field_validator("earlier", mode="before")
+    @classmethod
+    def _earlier_ref(cls, v):
+        # Lenient: a malformed reference is no reference (the fact is then reconciled the usual way).
+        if isinstance(v, str):
+            v = v.replace(".", " ").replace(",", " ").replace(":", " ").split()
+        if isinstance(v, (list, tuple)) and len(v) == 2:
+            try:
+                k, i = (int(x) for x in v)
+            except (TypeError, ValueError):
+                return None
+            return (k, i) if k > 0 and i > 0 else None
+        return None
 
     @field_validator("known", mode="before")
     @classmethod
@@ -99,6 +115,11 @@ class FactPlan:
     vectors: np.ndarray
     sources: list[list[str]]                       # chunk ids per fact
     existing: list[Existing] = field(default_factory=list)
+    # Filled by apply_plan: per fact, the fact that now stands for it (its new row, or the
+    # existing one a NOOP repeated; None when it deleted one), and per retired existing id its
+    # successor (None when deleted). A batch shows them to its later turns as known facts.
+    outcome: list[Existing | None] = field(default_factory=list)
+    retired: dict[str, Existing | None] = field(default_factory=dict)
 
 
 def keep_statements(facts: Sequence[ExtractedFact], limit: int = MAX_FACTS_PER_TURN) -> list[ExtractedFact]:
@@ -178,6 +199,8 @@ def apply_plan(con: Conn, plan: FactPlan, decisions: Sequence[Decision] | None, 
     archive: list[tuple[str, int]] = []  # (old id, index in rows of its successor)
     deleted: list[str] = []
     inherit: dict[int, str] = {}
+    plan.outcome, plan.retired = [None] * len(plan.facts), {}
+    stands: dict[int, int] = {}          # fact index -> its position in rows
     for i, fact in enumerate(plan.facts):
         d = actions.get(i) if decisions is not None else None
         action = d.action if d else "ADD"
@@ -185,10 +208,12 @@ def apply_plan(con: Conn, plan: FactPlan, decisions: Sequence[Decision] | None, 
         if action in ("UPDATE", "DELETE") and target is None:
             action = "ADD" if action == "UPDATE" else "NOOP"
         if action == "NOOP":
+            plan.outcome[i] = target
             continue
         if action == "DELETE":
             if not target.pinned:
                 deleted.append(target.id)
+                plan.retired[target.id] = None
             continue
         text, vec = fact.text, plan.vectors[i]
         if action == "UPDATE" and d.text and d.text.strip() and d.text.strip() != fact.text:
@@ -198,10 +223,16 @@ def apply_plan(con: Conn, plan: FactPlan, decisions: Sequence[Decision] | None, 
         if action == "UPDATE" and not target.pinned:
             archive.append((target.id, len(rows)))
             inherit[len(rows)] = target.id
+        stands[i] = len(rows)
         rows.append(NewMemory(space_id=space_id, kind="fact", text=text, title=text[:120], created_at=created_at,
                               id=fid, category=fact.category, tags=tuple(fact.tags), sources=tuple(plan.sources[i])))
         vecs.append(vec)
     ids = insert_memories(con, rows, np.vstack(vecs)) if rows else []
+    for i, pos in stands.items():
+        plan.outcome[i] = Existing(ids[pos], rows[pos].text, utc_naive(created_at), False)
+    by_pos = {pos: i for i, pos in stands.items()}
+    for old, pos in archive:
+        plan.retired[old] = plan.outcome[by_pos[pos]]
     now = utc_naive(created_at)
     for old, pos in archive:
         con.execute("UPDATE memories SET status = 'archived', superseded_by = ?, updated_at = ? WHERE id = ? AND NOT pinned",

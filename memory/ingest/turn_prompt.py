@@ -172,3 +172,44 @@ def folded_decisions(facts: Sequence[F.ExtractedFact]) -> list[F.Decision]:
             action = "ADD"
         out.append(F.Decision(new=F.letter(i), action=action, target=f.known, text=f.text if action == "UPDATE" else None))
     return out
+
+
+class BatchMates:
+    """The facts a batched call gave for the earlier turns of its batch, as they were stored.
+
+    The call wrote them itself, so for the later turns they count as shown, like KNOWN FACTS:
+    a later turn's fact that repeats, changes or cancels one names it as "earlier": [k, i]
+    (turn k, its i-th fact), and no separate reconcile call is needed for it."""
+
+    def __init__(self) -> None:
+        self.facts: dict[tuple[int, int], F.Existing] = {}
+
+    def shown_with(self, known: Sequence[F.Existing], facts: Sequence[F.ExtractedFact]) -> list[F.Existing]:
+        """`known` and then the batch-mates' facts, numbered on from `known`; each fact naming an
+        earlier one gets its number as `known` (the folded decision's target)."""
+        shown = list(known)
+        number = {e.id: n for n, e in enumerate(shown, start=1)}
+        for e in self.facts.values():
+            if e.id not in number:
+                shown.append(e)
+                number[e.id] = len(shown)
+        for f in facts:
+            mate = self.facts.get(f.earlier) if f.earlier else None
+            if mate is not None:
+                f.known = number[mate.id]
+        return shown
+
+    def record(self, k: int, given: Sequence[F.ExtractedFact], plan: F.FactPlan) -> None:
+        """After turn k is written: its facts by their place in its answer (`given`), and the
+        earlier facts it retired replaced by their successors (or dropped when deleted)."""
+        for old, successor in plan.retired.items():
+            for key, e in list(self.facts.items()):
+                if e.id == old:
+                    if successor is None:
+                        del self.facts[key]
+                    else:
+                        self.facts[key] = successor
+        place = {id(f): i for i, f in enumerate(given, start=1)}
+        for f, stands in zip(plan.facts, plan.outcome):
+            if stands is not None and id(f) in place:
+                self.facts[(k, place[id(f)])] = stands

@@ -28,7 +28,7 @@ from memory.ingest import facts as F
 from memory import prompts
 from memory.ingest.capture import TurnMessage, decode_payload
 from memory.ingest.turn_prompt import (
-    MAX_KNOWN, BatchAnswer, Shown, TurnAnswer, TurnView, folded_decisions, render_batch, render_turn, split_batch,
+    MAX_KNOWN, BatchAnswer, BatchMates, Shown, TurnAnswer, TurnView, folded_decisions, render_batch, render_turn, split_batch,
 )
 from memory.embed import Embedder
 from memory.errors import LLMError
@@ -299,12 +299,15 @@ class IngestWorker:
                 await self._settle(turn, lambda turn=turn: self._process_turn(turn))
             return
         answers = dict(zip((id(j) for j in asked), parts))
+        number = {id(j): k for k, j in enumerate(asked, start=1)}  # "TURN k" in the prompt
+        mates = BatchMates()
         for job in jobs:
             answer = answers.get(id(job), TurnAnswer()) if job.needs_call else TurnAnswer()
             if answer is None:
                 await self._settle(job.turn, lambda job=job: self._process_turn(job.turn))
             else:
-                await self._settle(job.turn, lambda job=job, answer=answer: self._finish(job, answer))
+                await self._settle(job.turn, lambda job=job, answer=answer: self._finish(
+                    job, answer, mates, number.get(id(job), 0)))
 
     async def _failed(self, turn: _Queued, error: str) -> None:
         attempts = turn.attempts + 1
@@ -395,8 +398,9 @@ class IngestWorker:
                     needs_call=bool(user_live or needs_title or any(d.near for d in live) or ask_task),
                     gist_after=next_gist(gist, rules_turn, step) if step is not None else None)
 
-    async def _finish(self, job: _Job, answer: TurnAnswer) -> None:
-        """Everything after the LLM call: dedup, titles, facts (reconciled), one write."""
+    async def _finish(self, job: _Job, answer: TurnAnswer, mates: BatchMates | None = None, k: int = 0) -> None:
+        """Everything after the LLM call: dedup, titles, facts (reconciled), one write. In a
+        batch, `mates` holds what the call gave for the turns before this one (turn `k`)."""
         s, turn, drafts = self.settings, job.turn, job.drafts
         live = [d for d in drafts if not d.skip]
         self._apply_dedup(live, answer)
@@ -406,9 +410,12 @@ class IngestWorker:
         new_facts = F.keep_statements([f for f in answer.facts if _from_user(f, drafts)], s.max_facts_per_turn)
         if len(answer.facts) > s.max_facts_per_turn:
             log.warning("turn %s: the memory LLM returned %d facts; kept %d", turn.turn_id, len(answer.facts), len(new_facts))
-        plan, decisions = await self._plan_facts(turn.space_id, new_facts, [[] for _ in new_facts], list(job.view.known))
+        shown = mates.shown_with(job.view.known, new_facts) if mates is not None else list(job.view.known)
+        plan, decisions = await self._plan_facts(turn.space_id, new_facts, [[] for _ in new_facts], shown)
         verdict = answer.task.as_verdict() if job.ask_task and answer.task is not None else None
         await self.store.awrite(lambda c: self._write(c, job, plan, decisions, verdict))
+        if mates is not None and plan is not None:
+            mates.record(k, answer.facts, plan)
 
     async def _plan_facts(self, space_id: str, new_facts: list[F.ExtractedFact], sources: list[list[str]],
                           shown: list[F.Existing] | None = None) -> tuple[F.FactPlan | None, list[F.Decision] | None]:

@@ -50,9 +50,19 @@ def boundary_answer(user_prompt: str) -> dict:
 
 
 def batch_answer(user_prompt: str, turn=turn_answer) -> dict:
-    """A batched ingest prompt: each "TURN k" part answered on its own."""
+    """A batched ingest prompt: each "TURN k" part answered on its own, and a fact repeating one
+    given for an earlier turn marked as such (decided as reconcile_answer decides)."""
     parts = re.split(r"^TURN (\d+)$", user_prompt, flags=re.M)
-    return {"turns": {k: turn(body) for k, body in zip(parts[1::2], parts[2::2])}}
+    turns = {k: turn(body) for k, body in zip(parts[1::2], parts[2::2])}
+    given: dict[str, list[int]] = {}
+    for k, answer in turns.items():
+        for f in answer.get("facts", []):
+            earlier = given.get(f["text"].strip().lower())
+            if earlier and "known" not in f:
+                f["earlier"], f["action"] = earlier, "NOOP"
+        for i, f in enumerate(answer.get("facts", []), start=1):
+            given.setdefault(f["text"].strip().lower(), [int(k), i])
+    return {"turns": turns}
 
 
 def reconcile_answer(user_prompt: str) -> dict:

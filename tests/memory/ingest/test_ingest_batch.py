@@ -16,10 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memory import prompts
 from memory.engine import MemoryEngine
 from memory.ingest.capture import CapturedTurn, TurnMessage, capture
+from memory.ingest.facts import ExtractedFact
 from memory.ingest.worker import IngestSettings, batches
 from memory.store.connection import Store
 from tests.fakes.llm_server import Delay, FakeError
@@ -141,6 +144,44 @@ async def test_a_failed_batch_call_sends_each_turn_through_its_own_call(store, e
     assert all(got[f"amy-{n}"]["facts"] == [f"The user tends orchard row {n} of amy"] for n in (1, 2, 3)), got
 
 
+async def test_a_turn_repeating_or_changing_a_batch_mates_fact_is_reconciled_in_the_batched_call(
+        store, embedder, llm, fake_llm, clock):
+    """Found: in a batch, a later turn's fact close to one its batch-mate had just written could
+    not have been shown to the call, so it paid a reconcile call of its own (50 chats: 0.71
+    reconcile calls per turn). The call gives it as "earlier": [k, i] instead."""
+    said = {1: {"text": "The user lives in Lisbon"},
+            2: {"text": "The user lives in Lisbon", "earlier": [1, 1], "action": "NOOP"},
+            3: {"text": "The user has moved from Lisbon to Porto", "earlier": [1, 1], "action": "UPDATE"}}
+
+    def respond(req: dict):
+        if not is_turn(req):
+            raise AssertionError("no call but the batched one is needed")
+        user = req["messages"][1]["content"]
+        assert is_batch(req), user
+        return json.dumps({"turns": {str(k): {"titles": {}, "dedup": [], "facts": [
+            {**said[int(LABEL.search(p).group(2))], "category": "about_you", "from": [1]}]}
+            for k, p in enumerate(parts(user), 1)}})
+
+    fake_llm.responder = respond
+    engine = MemoryEngine(store, embedder, llm, clock=clock.now)
+    queue(store, clock, "amy", 3)
+    assert await engine.worker.drain() == 3
+    assert [r["messages"][0]["content"][:30] for r in fake_llm.requests] == [prompts.TURN_SYSTEM[:30]]
+    facts = store.read(lambda c: c.execute(
+        "SELECT text, status, superseded_by IS NOT NULL FROM memories WHERE kind = 'fact' ORDER BY created_at, text").fetchall())
+    assert facts == [("The user lives in Lisbon", "archived", True),
+                     ("The user has moved from Lisbon to Porto", "active", False)], facts
+    left = store.read(lambda c: c.execute("SELECT count(*) FROM ingest_queue WHERE status <> 'done'").fetchone()[0])
+    assert left == 0
+
+
+@given(st.one_of(st.none(), st.integers(), st.text(max_size=12), st.lists(st.one_of(st.integers(), st.text(max_size=4)),
+                                                                           max_size=3)))
+def test_an_earlier_reference_is_a_pair_of_positive_numbers_or_none(value):
+    got = ExtractedFact.model_validate({"text": "x", "earlier": value}).earlier
+    assert got is None or (len(got) == 2 and all(isinstance(n, int) and n > 0 for n in got))
+
+
 def test_batches_respect_the_token_budget_and_keep_retried_turns_alone():
     def row(n: int, attempts: int = 0, words: int = 10) -> tuple:
         payload = json.dumps({"created_at": "2026-01-01T00:00:00+00:00",
@@ -156,11 +197,11 @@ def test_batches_respect_the_token_budget_and_keep_retried_turns_alone():
     assert [[r[0] for r in b] for b in batches(rows, budget=1)] == [[r[0]] for r in rows]
 
 
-@pytest.mark.parametrize("hang_at", ["batched_call", "second_turns_reconcile"])
+@pytest.mark.parametrize("hang_at", ["batched_call", "second_turns_own_call"])
 async def test_sigkill_mid_batch_ingests_each_turn_exactly_once(hang_at, tmp_path, embedder, llm, fake_llm, clock):
     """A worker process is SIGKILLed while a batch of three turns is being ingested: during the
     batched call itself, or after the batch's first turn was written and while the second turn's
-    reconciliation call is out. The next run leaves every turn's chunks and fact exactly once."""
+    own call is out (its part of the batched answer was malformed). The next run leaves every turn's chunks and fact exactly once."""
     db = tmp_path / "m.duckdb"
     store = Store(db, 384)
     queue(store, clock, "amy", 3)
@@ -169,19 +210,22 @@ async def test_sigkill_mid_batch_ingests_each_turn_exactly_once(hang_at, tmp_pat
 
     def respond(req: dict):
         if not is_turn(req):
-            # Turn 2's fact is close to the one turn 1 just wrote, which its prompt could not show.
-            return Delay(3600, json.dumps({"decisions": []})) if hanging and hang_at == "second_turns_reconcile" \
-                else json.dumps({"decisions": []})
+            return json.dumps({"decisions": []})
         user = req["messages"][1]["content"]
-        answer = json.dumps({"turns": {str(k): answer_for(p) for k, p in enumerate(parts(user), 1)}}
-                            if is_batch(req) else answer_for(user))
+        if not is_batch(req):
+            answer = json.dumps(answer_for(user))
+            return Delay(3600, answer) if hanging and hang_at == "second_turns_own_call" else answer
+        answers = {str(k): answer_for(p) for k, p in enumerate(parts(user), 1)}
+        if hang_at == "second_turns_own_call" and hanging:
+            answers["2"] = {"facts": "not a list"}  # turn 2 goes through a call of its own
+        answer = json.dumps({"turns": answers})
         return Delay(3600, answer) if hanging and hang_at == "batched_call" else answer
 
     fake_llm.responder = respond
     child = Path(__file__).with_name("ingest_child.py")
     proc = await asyncio.create_subprocess_exec(sys.executable, str(child), str(db), fake_llm.base_url, "4",
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    wanted = (lambda r: is_batch(r)) if hang_at == "batched_call" else (lambda r: not is_turn(r))
+    wanted = (lambda r: is_batch(r)) if hang_at == "batched_call" else (lambda r: is_turn(r) and not is_batch(r))
     try:
         for _ in range(3000):
             if any(wanted(r) for r in fake_llm.requests):
@@ -201,7 +245,7 @@ async def test_sigkill_mid_batch_ingests_each_turn_exactly_once(hang_at, tmp_pat
     hanging = False
     store = Store(db, 384)
     try:
-        if hang_at == "second_turns_reconcile":
+        if hang_at == "second_turns_own_call":
             # Killed after turn 1's transaction: turn 1 left the queue, turns 2 and 3 did not.
             done = store.read(lambda c: c.execute(
                 "SELECT turn_id FROM ingest_queue WHERE status = 'done' ORDER BY turn_id").fetchall())
