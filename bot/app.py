@@ -36,6 +36,7 @@ from memory.engine import MemoryEngine
 from memory.ingest.worker import IngestSettings
 from memory.llm import LiteLLM, LLMSettings, set_offline_env
 from memory.recall.search import RecallSettings
+from memory.store.backend import open_store as open_backend
 from memory.store.connection import Store
 
 log = logging.getLogger(__name__)
@@ -65,16 +66,17 @@ def make_llm(settings: Settings, recorder: UsageRecorder | None, *, memory: bool
 
 
 def open_store(settings: Settings, extra: Sequence = ()) -> Store:
-    """The database with every layer's migrations (a locked file raises StoreLockedError)."""
+    """The database `[store] url` names, with every layer's migrations (a locked DuckDB file
+    raises StoreLockedError)."""
     from bot.api.jobs import JOB_MIGRATIONS
     from bot.api.keys import KEY_MIGRATIONS
     from bot.scheduler import SCHEDULER_MIGRATIONS
 
     settings.data_path.mkdir(parents=True, exist_ok=True)
     dim = settings.embedding.dim
-    return Store(settings.db_path, dim, extra_migrations=(*ACCESS_MIGRATIONS, *LINKING_MIGRATIONS, *SESSION_MIGRATIONS,
-                                                          *SCHEDULER_MIGRATIONS, *KEY_MIGRATIONS, *USAGE_MIGRATIONS,
-                                                          *INBOX_MIGRATIONS, *OUTBOX_MIGRATIONS, *JOB_MIGRATIONS, *extra))
+    migrations = (*ACCESS_MIGRATIONS, *LINKING_MIGRATIONS, *SESSION_MIGRATIONS, *SCHEDULER_MIGRATIONS, *KEY_MIGRATIONS,
+                  *USAGE_MIGRATIONS, *INBOX_MIGRATIONS, *OUTBOX_MIGRATIONS, *JOB_MIGRATIONS, *extra)
+    return open_backend(settings.store_url, dim, extra_migrations=migrations, password=settings.secret("store_password"))
 
 
 @dataclass

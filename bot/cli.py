@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import sys
+from datetime import UTC, datetime
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -306,13 +307,13 @@ def cmd_doctor(settings: Settings, args) -> int:
         from bot.app import open_store
 
         store = open_store(settings)
-        store.write(lambda c: c.execute("INSERT OR REPLACE INTO meta VALUES ('doctor', current_timestamp::VARCHAR)"))
+        store.write(lambda c: store.meta_set(c, "doctor", datetime.now(UTC).isoformat()))
         store.close()
-        report(True, f"database {settings.db_path} is writable")
+        report(True, f"database {settings.store_url} is writable")
     except StoreLockedError as exc:
         report(True, f"database in use by a running gateway ({exc})")
     except Exception as exc:
-        report(False, f"database {settings.db_path}: {exc}", "check data_dir and its permissions")
+        report(False, f"database {settings.store_url}: {exc}", "check data_dir (or [store] url) and its permissions")
     if not settings.llm_configured:
         report(False, "no LLM configured", NO_LLM_TEXT.replace("\n", "\n       "))
     else:

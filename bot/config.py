@@ -16,6 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bot.errors import ConfigError
+from memory.errors import StoreError
+from memory.store.url import duckdb_url, parse_store_url
 
 DEFAULT_CONFIG_PATHS = ("memgate.toml", "~/.config/memgate/memgate.toml")
 
@@ -153,6 +155,22 @@ class DeliveryConfig(_Section):
     keep_receipts_days: float = Field(7.0, ge=1, le=365)  # finished inbox/outbox rows (no text) are pruned after this
 
 
+class StoreConfig(_Section):
+    # "" = DuckDB at <data_dir>/memgate.duckdb; or duckdb:///abs/path.duckdb, or
+    # postgresql://user@host:port/db (password from MEMGATE_STORE_PASSWORD or PGPASSWORD only).
+    url: str = ""
+
+    @field_validator("url")
+    @classmethod
+    def _parsable(cls, v: str) -> str:
+        if v.strip():
+            try:
+                parse_store_url(v)
+            except StoreError as exc:
+                raise ValueError(str(exc)) from None
+        return v.strip()
+
+
 class Settings(_Section):
     data_dir: str = "~/.local/share/memgate"
     env_file: str = ""                  # secrets as KEY=VALUE lines (mode 0600); the environment wins
@@ -167,8 +185,7 @@ class Settings(_Section):
     channels: ChannelsConfig = ChannelsConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     api: ApiConfig = ApiConfig()
-
-
+    store: StoreConfig = StoreConfig()
     delivery: DeliveryConfig = DeliveryConfig()
     # Secrets, from the environment only (never from the file, never logged).
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
@@ -195,6 +212,11 @@ class Settings(_Section):
         return self.data_path / "memgate.duckdb"
 
     @property
+    def store_url(self) -> str:
+        """The database: `[store] url`, or the DuckDB file in the data folder."""
+        return self.store.url or duckdb_url(self.db_path)
+
+    @property
     def llm_configured(self) -> bool:
         return bool(self.llm.model or self.llm.api_base)
 
@@ -210,6 +232,7 @@ SECRET_ENV = {
     "wechat_mp_token": "WECHAT_MP_TOKEN",
     "wechat_mp_secret": "WECHAT_MP_APP_SECRET",
     "wechat_mp_aes_key": "WECHAT_MP_AES_KEY",
+    "store_password": "MEMGATE_STORE_PASSWORD",
 }
 _SECRET_KEYS = frozenset({"api_key", "key", "token", "bot_token", "secret", "app_secret", "password",
                           "aes_key", "encoding_aes_key", "access_token"})
@@ -342,8 +365,9 @@ def load_settings(path: str | Path | None = None, env: dict[str, str] | None = N
                 problems.append(f"unknown key '{loc}'")
             elif loc:
                 got = err.get("input")
-                shown = f" (got {got!r})" if isinstance(got, (str, int, float, bool)) else ""
-                problems.append(f"'{loc}': {err['msg']}{shown}")
+                # Never echo a store URL: it may hold the password the check refuses.
+                shown = f" (got {got!r})" if isinstance(got, (str, int, float, bool)) and loc != "store.url" else ""
+                problems.append(f"'{loc}': {err['msg'].removeprefix('Value error, ')}{shown}")
             else:
                 problems.append(err["msg"].removeprefix("Value error, "))
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

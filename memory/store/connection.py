@@ -100,6 +100,8 @@ def _open_recovering(path: Path) -> Conn:
 class Store:
     """The memory database. Owns the single writer connection."""
 
+    backend = "duckdb"
+
     def __init__(self, path: Path | str, dim: int, *, extra_migrations: Sequence[Migration] = ()) -> None:
         self.path = Path(path)
         self._file = str(path) != ":memory:"

@@ -201,3 +201,23 @@ def test_settings_annotations_are_plain_numbers():
     for key, kind, _ in _numeric_keys():
         assert kind in (int, float), key
     assert typing.get_args(Settings.model_fields["log_level"].annotation)
+
+
+@pytest.mark.parametrize("url, names", [
+    ("postgresql://bob:hunter2@127.0.0.1/memgate", ("'store.url'", "MEMGATE_STORE_PASSWORD")),
+    ("mysql://bob@127.0.0.1/memgate", ("'store.url'", "unknown scheme")),
+    ("duckdb://relative/file.duckdb", ("'store.url'", "absolute")),
+])
+async def test_bad_store_urls_are_one_line_and_never_echo_a_password(tmp_path, url, names):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[store]\nurl = "{url}"\n')
+    code, err = await _memgate(_env(tmp_path, cfg), "jobs")
+    _one_clear_line(code, err, *names)
+    assert "hunter2" not in err
+    assert not (tmp_path / "data").exists()
+
+
+def test_store_url_defaults_to_the_duckdb_file_in_the_data_folder(tmp_path):
+    s = Settings(data_dir=str(tmp_path))
+    assert s.store_url == f"duckdb://{tmp_path / 'memgate.duckdb'}"
+    assert Settings(store={"url": "postgresql://bob@db/memgate"}).store_url == "postgresql://bob@db/memgate"
