@@ -209,7 +209,7 @@ def _row_identity(row: tuple) -> Identity:
 _ID_COLUMNS = "channel, external_id, space_id, role, display_name"
 # An identity row with its kept spaces, in one read (the hot path reads it once, then caches it).
 _ID_SELECT = """SELECT i.channel, i.external_id, i.space_id, i.role, i.display_name,
-       (SELECT list(k.space_id ORDER BY k.kept_at, k.space_id) FROM kept_spaces k
+       (SELECT array_agg(k.space_id ORDER BY k.kept_at, k.space_id) FROM kept_spaces k
         WHERE k.channel = i.channel AND k.external_id = i.external_id AND k.space_id <> i.space_id)
 FROM identities i"""
 

@@ -194,7 +194,7 @@ class MemoryEngine:
         status = "" if include_inactive else "AND status = 'active'"
         rows = self.store.read(lambda c: c.execute(
             f"""SELECT id, space_id, kind, role, speaker, title, text, category, tags, pinned, status, session_id,
-                       created_at, (SELECT list(chunk_id) FROM fact_sources WHERE fact_id = m.id) AS sources
+                       created_at, (SELECT array_agg(chunk_id) FROM fact_sources WHERE fact_id = m.id) AS sources
                 FROM memories m WHERE space_id IN (SELECT unnest(?)) {status} ORDER BY created_at, id""",
             [list(space_ids)]).fetchall())
         keys = ("id", "space_id", "kind", "role", "speaker", "title", "text", "category", "tags", "pinned", "status",

@@ -179,6 +179,7 @@ def _link_sources(con: Conn, links: Sequence[tuple[str, str, str]]) -> None:
             chunks.append(cand)
     spaces = [space for _, _, space in links for _ in range(2)]
     con.execute(
-        """INSERT OR IGNORE INTO fact_sources
+        """INSERT INTO fact_sources
            SELECT l.f, l.c FROM (SELECT unnest(?) AS f, unnest(?) AS c, unnest(?) AS s) l
-           JOIN memories m ON m.id = l.c AND m.space_id = l.s""", [facts, chunks, spaces])
+           JOIN memories m ON m.id = l.c AND m.space_id = l.s
+           ON CONFLICT DO NOTHING""", [facts, chunks, spaces])

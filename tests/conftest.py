@@ -29,6 +29,24 @@ def store(tmp_path):
     s.close()
 
 
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory):
+    """One real PostgreSQL + pgvector for the session (started on first use, ~1 s)."""
+    from tests.fakes.postgres import SessionPostgres
+
+    server = SessionPostgres(tmp_path_factory.mktemp("pgdata"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres):
+    """The URL of a fresh, empty schema of the session's PostgreSQL (dropped afterwards)."""
+    schema, url = postgres.fresh_schema()
+    yield url
+    postgres.drop_schema(schema)
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

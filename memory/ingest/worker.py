@@ -522,7 +522,7 @@ class IngestWorker:
         if self.llm is None:
             return 0
         rows = await self.store.aread(lambda c: c.execute(
-            """SELECT space_id, turn_id, list(id ORDER BY created_at), list(text ORDER BY created_at), min(created_at)
+            """SELECT space_id, turn_id, array_agg(id ORDER BY created_at), array_agg(text ORDER BY created_at), min(created_at)
                FROM memories WHERE kind = 'chunk' AND needs_facts AND status = 'active'
                GROUP BY space_id, turn_id ORDER BY min(created_at) LIMIT ?""", [limit_turns]).fetchall())
         handled = 0

@@ -250,11 +250,11 @@ class Recaller:
         tasks = [d for d, _ in kept if by_id[d][1] == "task"]
         if facts:
             sources |= {f: tuple(src) for f, src in con.execute(
-                f"SELECT fact_id, list(chunk_id ORDER BY chunk_id) FROM fact_sources WHERE fact_id IN ({sql_strings(facts)}) "
+                f"SELECT fact_id, array_agg(chunk_id ORDER BY chunk_id) FROM fact_sources WHERE fact_id IN ({sql_strings(facts)}) "
                 "GROUP BY fact_id").fetchall()}
         if tasks:
             sources |= {t: tuple(src) for t, src in con.execute(
-                f"SELECT task_id, list(id ORDER BY created_at) FROM memories WHERE task_id IN ({sql_strings(tasks)}) "
+                f"SELECT task_id, array_agg(id ORDER BY created_at) FROM memories WHERE task_id IN ({sql_strings(tasks)}) "
                 "AND kind = 'chunk' GROUP BY task_id").fetchall()}
         return [
             MemoryHit(id=d, kind=by_id[d][1], space_id=by_id[d][2], title=by_id[d][3], text=by_id[d][4],

@@ -14,6 +14,7 @@ from datetime import datetime
 import numpy as np
 
 from memory.store.connection import Conn, vector_literal
+from memory.store.dialect import dialect_of
 from memory.store.rows import bump_seq, utc_naive
 from memory.text import content_hash, normalize, search_text, trim
 
@@ -54,7 +55,7 @@ class MemoryFilter:
 
 _VIEW = """m.id, m.space_id, m.kind, m.text, m.title, m.category, m.tags, m.pinned, m.status, m.created_at,
            m.updated_at, coalesce(v.version, 1), m.superseded_by,
-           coalesce((SELECT list(chunk_id ORDER BY chunk_id) FROM fact_sources WHERE fact_id = m.id), [])"""
+           coalesce((SELECT array_agg(chunk_id ORDER BY chunk_id) FROM fact_sources WHERE fact_id = m.id), ARRAY[]::VARCHAR[])"""
 _FROM = "memories m LEFT JOIN memory_versions v ON v.id = m.id"
 
 
@@ -72,7 +73,7 @@ def _where(space_id: str, f: MemoryFilter) -> tuple[str, dict]:
         clauses.append("m.category = $category")
         params["category"] = f.category
     if f.tag is not None:
-        clauses.append("list_contains(m.tags, $tag)")
+        clauses.append("$tag = ANY(m.tags)")
         params["tag"] = f.tag
     if f.pinned is not None:
         clauses.append("m.pinned = $pinned")
@@ -149,7 +150,7 @@ def apply_edit(con: Conn, space_id: str, memory_id: str, edit: Edit, expected: i
     if edit.text is not None:
         text = normalize(edit.text)
         sets += ["text = ?", "title = ?", "search_text = ?", "content_hash = ?",
-                 f"embedding = ?::VARCHAR::FLOAT[{len(vector)}]"]
+                 f"embedding = {dialect_of(con).vector('?', len(vector))}"]
         params += [text, trim(text, 120), search_text(text), content_hash(text), vector_literal(vector.tolist())]
     if edit.tags is not None:
         sets.append("tags = ?::VARCHAR[]")

@@ -24,6 +24,7 @@ import time
 import duckdb
 
 from memory.errors import StoreError, StoreLockedError, StoreWriteError
+from memory.store.dialect import DUCKDB
 from memory.store.schema import MEMORY_MIGRATIONS, Migration
 
 log = logging.getLogger(__name__)
@@ -202,7 +203,7 @@ class Store:
 
     @staticmethod
     def meta_set(con: Conn, key: str, value: str) -> None:
-        con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
+        con.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, value])
 
     # --- migrations ------------------------------------------------------------------------
     def _migrate(self, migrations: Sequence[Migration]) -> None:
@@ -226,7 +227,8 @@ class Store:
                 log.info("applying migration %s (%s)", m.version, m.name)
 
                 def apply(con: Conn, m: Migration = m) -> None:
-                    con.execute(m.sql.replace("{dim}", str(self.dim)))
+                    if m.sql.strip():  # empty: a step only the other backend needs
+                        con.execute(DUCKDB.ddl(m, self.dim))
                     con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [m.version, m.name])
                     self.meta_set(con, "embedding_dim", str(self.dim))
 

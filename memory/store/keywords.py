@@ -33,6 +33,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Sequence
 
 from memory.store.connection import Conn, Store
+from memory.store.dialect import dialect_of
+from memory.store.tokens import STEM_SQL, TOKENS_SQL, scratch, stem_terms, stems_of
 from memory.store.postings_cache import DICT, POSTINGS, STATS, WATERMARK_KEY, PostingsCache, bump_generation, index_version
 
 log = logging.getLogger(__name__)
@@ -40,8 +42,6 @@ log = logging.getLogger(__name__)
 OLD_FTS_SCHEMA = "fts_main_memories"  # DuckDB FTS index of earlier versions; dropped on rebuild
 K1, B = 1.2, 0.75
 
-# The one tokeniser both halves use: `search_text` is already jieba/regex tokens joined by spaces.
-_TOKENS = "unnest(string_split(strip_accents(lower(search_text)), ' '))"
 
 
 def rebuild_index(store: Store) -> int:
@@ -49,29 +49,12 @@ def rebuild_index(store: Store) -> int:
 
     def build(con: Conn) -> int:
         wm = int(con.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0])
-        # ORDER BY term is what makes lookups cheap (zone maps per row group); space_id second
-        # keeps one space's postings of a term together.
-        con.execute(f"""
-            CREATE OR REPLACE TABLE {POSTINGS} AS
-            WITH tok AS (
-                SELECT seq AS doc, space_id, kind, stem(tok, 'porter') AS term
-                FROM (SELECT seq, space_id, kind, {_TOKENS} AS tok FROM memories WHERE seq <= {wm})
-                WHERE tok <> ''
-            ),
-            lens AS (SELECT doc, count(*)::INTEGER AS len FROM tok GROUP BY doc)
-            SELECT term, space_id, kind, doc, count(*)::INTEGER AS tf, any_value(lens.len) AS len
-            FROM tok JOIN lens USING (doc)
-            GROUP BY term, space_id, kind, doc
-            ORDER BY term, space_id, doc
-        """)
-        con.execute(f"CREATE OR REPLACE TABLE {DICT} AS SELECT term, count(*) AS df FROM {POSTINGS} GROUP BY term ORDER BY term")
-        # N counts every row (also those without a token), like the FTS index did.
-        con.execute(f"""
-            CREATE OR REPLACE TABLE {STATS} AS
-            SELECT (SELECT count(*) FROM memories WHERE seq <= {wm}) AS n,
-                   (SELECT coalesce(sum(tf), 0) FROM {POSTINGS}) AS total_len
-        """)
-        con.execute(f"DROP SCHEMA IF EXISTS {OLD_FTS_SCHEMA} CASCADE")
+        if dialect_of(con).postgres:
+            _build_elsewhere(con, wm)
+        else:
+            for sql in _build_sql("memories", wm):
+                con.execute(sql)
+            con.execute(f"DROP SCHEMA IF EXISTS {OLD_FTS_SCHEMA} CASCADE")
         Store.meta_set(con, WATERMARK_KEY, str(wm))
         bump_generation(con)
         return wm
@@ -79,6 +62,65 @@ def rebuild_index(store: Store) -> int:
     wm = store.write(build)
     log.info("keyword index rebuilt up to seq %s", wm)
     return wm
+
+
+def _build_sql(source: str, wm: int) -> list[str]:
+    """The statements that build the postings, the dictionary and the statistics from `source`
+    (a table with seq, space_id, kind, search_text)."""
+    # ORDER BY term is what makes lookups cheap (zone maps per row group); space_id second
+    # keeps one space's postings of a term together.
+    return [f"""
+        CREATE OR REPLACE TABLE {POSTINGS} AS
+        WITH tok AS (
+            SELECT seq AS doc, space_id, kind, {STEM_SQL.format(tok='tok')} AS term
+            FROM (SELECT seq, space_id, kind, {TOKENS_SQL} AS tok FROM {source} WHERE seq <= {wm})
+            WHERE tok <> ''
+        ),
+        lens AS (SELECT doc, count(*)::INTEGER AS len FROM tok GROUP BY doc)
+        SELECT term, space_id, kind, doc, count(*)::INTEGER AS tf, any_value(lens.len) AS len
+        FROM tok JOIN lens USING (doc)
+        GROUP BY term, space_id, kind, doc
+        ORDER BY term, space_id, doc
+    """,
+        f"CREATE OR REPLACE TABLE {DICT} AS SELECT term, count(*) AS df FROM {POSTINGS} GROUP BY term ORDER BY term",
+        # N counts every row (also those without a token), like the FTS index did.
+        f"""
+        CREATE OR REPLACE TABLE {STATS} AS
+        SELECT (SELECT count(*) FROM {source} WHERE seq <= {wm}) AS n,
+               (SELECT coalesce(sum(tf), 0) FROM {POSTINGS}) AS total_len
+    """]
+
+
+# PostgreSQL's tables of the postings; (space_id, term) serves the per-space lookups.
+_PG_TABLES = f"""
+    DROP TABLE IF EXISTS {POSTINGS}; DROP TABLE IF EXISTS {DICT}; DROP TABLE IF EXISTS {STATS};
+    CREATE TABLE {POSTINGS} (term VARCHAR NOT NULL, space_id VARCHAR NOT NULL, kind VARCHAR NOT NULL,
+                             doc BIGINT NOT NULL, tf INTEGER NOT NULL, len INTEGER NOT NULL);
+    CREATE TABLE {DICT} (term VARCHAR PRIMARY KEY, df BIGINT NOT NULL);
+    CREATE TABLE {STATS} (n BIGINT NOT NULL, total_len BIGINT NOT NULL);
+"""
+
+
+def _build_elsewhere(con: Conn, wm: int) -> None:
+    """PostgreSQL: the rows are tokenised and the tables built by the same statements in an
+    in-memory DuckDB (memory/store/tokens.py), then copied in (inside the caller's transaction,
+    so readers see the old index or the new one)."""
+    rows = con.execute("SELECT seq, space_id, kind, search_text FROM memories WHERE seq <= ?", [wm]).fetchall()
+    duck = scratch()
+    cols = list(zip(*rows)) if rows else [[], [], [], []]
+    duck.execute("CREATE OR REPLACE TEMP TABLE src AS SELECT unnest(?::BIGINT[]) AS seq, unnest(?::VARCHAR[]) AS space_id, "
+                 "unnest(?::VARCHAR[]) AS kind, unnest(?::VARCHAR[]) AS search_text", [list(c) for c in cols])
+    try:
+        for sql in _build_sql("src", wm):
+            duck.execute(sql)
+        con.execute(_PG_TABLES)
+        for table, names in ((POSTINGS, "term, space_id, kind, doc, tf, len"), (DICT, "term, df"), (STATS, "n, total_len")):
+            con.copy_rows(table, names, duck.execute(f"SELECT {names} FROM {table}").fetchall())
+        con.execute(f"CREATE INDEX {POSTINGS}_space_term ON {POSTINGS} (space_id, term)")
+        con.execute(f"ANALYZE {POSTINGS}")
+    finally:
+        for table in ("src", POSTINGS, DICT, STATS):
+            duck.execute(f"DROP TABLE IF EXISTS {table}")
 
 
 def watermark(con: Conn) -> int:
@@ -135,13 +177,10 @@ _stems = _Lru(20_000)
 _fresh_tokens = _Lru(100_000)
 
 
-def _stem(con: Conn, terms: Sequence[str]) -> list[str]:
+def _stem(terms: Sequence[str]) -> list[str]:
     missing = [t for t in dict.fromkeys(terms) if _stems.get(t) is None]
-    if missing:
-        for t, s in con.execute(
-            "SELECT t, stem(strip_accents(lower(t)), 'porter') FROM (SELECT unnest(?) AS t)", [missing]
-        ).fetchall():
-            _stems.put(t, s or "")
+    for t, s in stem_terms(missing).items():
+        _stems.put(t, s)
     return list(dict.fromkeys(s for s in (_stems.get(t) for t in terms) if s))
 
 
@@ -160,7 +199,7 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
     index is scored from memory (the same scores; see postings_cache)."""
     if not terms or not space_ids or limit <= 0:
         return [], {}
-    stems = _stem(con, terms)
+    stems = _stem(terms)
     if not stems:
         return [], {}
     version = index_version(con)
@@ -232,12 +271,7 @@ def _fresh_rows(con: Conn, wm: int) -> list[tuple[str, str, str, Counter, int]]:
     missing = [seq for _, seq, got in known if got is None]
     if missing:
         made = {}
-        for i, seq, space, kind, toks in con.execute(f"""
-            SELECT id, seq, space_id, kind, list(stem(tok, 'porter')) FILTER (WHERE tok <> '')
-            FROM (SELECT id, seq, space_id, kind, {_TOKENS} AS tok FROM memories
-                  WHERE seq IN ({", ".join(str(int(s)) for s in missing)}))
-            GROUP BY id, seq, space_id, kind
-        """).fetchall():
+        for i, seq, space, kind, toks in _fresh_tokens_of(con, missing):
             counts = Counter(toks or ())
             made[(i, seq)] = (space, kind, counts, sum(counts.values()))
             _fresh_tokens.put((i, seq), made[(i, seq)])
@@ -246,12 +280,25 @@ def _fresh_rows(con: Conn, wm: int) -> list[tuple[str, str, str, Counter, int]]:
     return [(i, got[0], got[1], got[2], got[3]) for i, _, got in known if got is not None and got[3]]
 
 
+def _fresh_tokens_of(con: Conn, seqs: Sequence[int]) -> list[tuple]:
+    """(id, seq, space, kind, stems) of these memory versions."""
+    in_list = ", ".join(str(int(x)) for x in seqs)
+    if dialect_of(con).postgres:
+        rows = con.execute(f"SELECT id, seq, space_id, kind, search_text FROM memories WHERE seq IN ({in_list})").fetchall()
+        return [(*r[:4], toks) for r, toks in zip(rows, stems_of([r[4] for r in rows]))]
+    return con.execute(f"""
+        SELECT id, seq, space_id, kind, list({STEM_SQL.format(tok='tok')}) FILTER (WHERE tok <> '')
+        FROM (SELECT id, seq, space_id, kind, {TOKENS_SQL} AS tok FROM memories WHERE seq IN ({in_list}))
+        GROUP BY id, seq, space_id, kind""").fetchall()
+
+
 def _index_top(con: Conn, stems: list[str], idf: dict[str, float], avgdl: float, space_ids: Sequence[str],
                kinds: Sequence[str] | None, over: int) -> list[tuple[int, float]]:
     """The index's best `over` (seq, score) of the allowed spaces, and every row tied with the
     last of them at 9 decimals."""
     weight = "CASE term " + " ".join(f"WHEN {sql_strings([t])} THEN {_double(idf[t])}" for t in stems) + " END"
     kind_filter = f"AND kind IN ({sql_strings(kinds)})" if kinds else ""
+    d = dialect_of(con)
     rows = con.execute(f"""
         WITH scored AS MATERIALIZED (
             SELECT doc, sum({weight} * tf * {_double(K1 + 1)}
@@ -260,8 +307,8 @@ def _index_top(con: Conn, stems: list[str], idf: dict[str, float], avgdl: float,
             WHERE term IN ({sql_strings(stems)}) AND space_id IN ({sql_strings(space_ids)}) {kind_filter}
             GROUP BY doc
         ),
-        cut AS (SELECT round(score, 9) AS r FROM scored ORDER BY r DESC LIMIT 1 OFFSET {int(over) - 1})
-        SELECT doc, score FROM scored WHERE round(score, 9) >= coalesce((SELECT r FROM cut), -1e308)
+        cut AS (SELECT {d.round9("score")} AS r FROM scored ORDER BY r DESC LIMIT 1 OFFSET {int(over) - 1})
+        SELECT doc, score FROM scored WHERE {d.round9("score")} >= coalesce((SELECT r FROM cut), -1e308)
     """).fetchall()
     return [(int(d), float(sc)) for d, sc in rows]
 
@@ -286,7 +333,7 @@ def drop_postings(con: Conn, seqs: Sequence[int]) -> int:
     other memory uses leaves the dictionary. Returns the postings removed.
     """
     have = {r[0] for r in con.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' AND table_name IN (?, ?, ?)",
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_name IN (?, ?, ?)",
         [POSTINGS, DICT, STATS]).fetchall()}
     if not seqs or POSTINGS not in have:
         return 0

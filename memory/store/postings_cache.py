@@ -48,8 +48,8 @@ def index_version(con: Conn) -> IndexVersion:
 
 def bump_generation(con: Conn) -> None:
     """Mark the postings changed (inside the transaction that changes them)."""
-    con.execute("INSERT OR REPLACE INTO meta VALUES (?, (SELECT coalesce(max(value::BIGINT), 0) + 1 FROM meta WHERE key = ?)::VARCHAR)",
-                [GENERATION_KEY, GENERATION_KEY])
+    con.execute("INSERT INTO meta VALUES (?, (SELECT coalesce(max(value::BIGINT), 0) + 1 FROM meta WHERE key = ?)::VARCHAR) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value", [GENERATION_KEY, GENERATION_KEY])
 
 
 @dataclass

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from memory.errors import StoreError
 from memory.store.schema import RECALL_INDEXES, RECALL_INDEXES_SQL
 from memory.store.connection import Conn, Store, vectors_literal
 
@@ -25,6 +26,9 @@ EmbedFn = Callable[[Sequence[str]], np.ndarray]
 
 def prepare(store: Store, model: str, dim: int) -> int:
     """Create (or keep, when the target is the same) the side table; returns rows already built."""
+    if getattr(store, "backend", "duckdb") != "duckdb":
+        raise StoreError("reembed runs on DuckDB stores only for now: re-embed in DuckDB, then copy the "
+                         "database to PostgreSQL")
     target = f"{model}|{dim}"
     have = store.read(lambda c: c.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [SIDE]).fetchone()[0])

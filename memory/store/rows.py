@@ -15,7 +15,8 @@ from typing import Literal
 
 import numpy as np
 
-from memory.store.connection import Conn, vectors_literal
+from memory.store.connection import Conn
+from memory.store.dialect import dialect_of
 from memory.text import content_hash, search_text
 
 MemoryKind = Literal["chunk", "fact", "task", "skill"]
@@ -59,6 +60,7 @@ class NewMemory:
 
 
 _PREFIX = {"chunk": "c", "fact": "f", "task": "t", "skill": "s"}
+_COLUMN_TYPES = {"pinned": "BOOLEAN", "needs_facts": "BOOLEAN", "created_at": "TIMESTAMP"}
 
 
 def insert_memories(con: Conn, rows: Sequence[NewMemory], vectors: np.ndarray) -> list[str]:
@@ -87,17 +89,17 @@ def insert_memories(con: Conn, rows: Sequence[NewMemory], vectors: np.ndarray) -
         "created_at": [utc_naive(r.created_at) for r in rows],
     }
     names = list(cols)
-    select = ", ".join(
-        "json_extract_string(tags, '$[*]')::VARCHAR[]" if n == "tags" else n for n in names
-    )
-    unnest = ", ".join(f"unnest(?) AS {n}" for n in names)
+    d = dialect_of(con)
+    select = ", ".join(d.tags_from_json("tags") if n == "tags" else n for n in names)
+    # Typed so an all-NULL column (no speaker in the batch) binds the same on both backends.
+    unnest = ", ".join(f"unnest(?::{_COLUMN_TYPES.get(n, 'VARCHAR')}[]) AS {n}" for n in names)
     con.execute(
         f"""
         INSERT INTO memories ({", ".join(names)}, embedding, updated_at)
         SELECT {select}, vec, created_at
-        FROM (SELECT {unnest}, unnest(?::VARCHAR::FLOAT[{vectors.shape[1]}][]) AS vec)
+        FROM (SELECT {unnest}, unnest({d.vectors("?", vectors.shape[1])}) AS vec) AS batch
         """,
-        [cols[n] for n in names] + [vectors_literal(vectors.tolist())],
+        [cols[n] for n in names] + [d.vectors_param(vectors.tolist())],
     )
     links = [(mid, src) for mid, r in zip(ids, rows) for src in r.sources]
     if links:
@@ -108,14 +110,14 @@ def insert_memories(con: Conn, rows: Sequence[NewMemory], vectors: np.ndarray) -
 def add_sources(con: Conn, fact_ids: Sequence[str], chunk_ids: Sequence[str]) -> None:
     """Record provenance: fact -> the chunks it was derived from."""
     con.execute(
-        "INSERT OR IGNORE INTO fact_sources SELECT unnest(?), unnest(?)",
+        "INSERT INTO fact_sources SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]) ON CONFLICT DO NOTHING",
         [list(fact_ids), list(chunk_ids)],
     )
 
 
 def ensure_space(con: Conn, space_id: str, kind: str, name: str | None, now: datetime) -> None:
     con.execute(
-        "INSERT OR IGNORE INTO spaces (id, kind, name, created_at) VALUES (?, ?, ?, ?)",
+        "INSERT INTO spaces (id, kind, name, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
         [space_id, kind, name, utc_naive(now)],
     )
 

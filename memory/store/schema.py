@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Migration:
-    """One schema step. `sql` may contain `{dim}` (the embedding dimension)."""
+    """One schema step. `sql` may contain `{dim}` (the embedding dimension). `postgres` is the
+    PostgreSQL text when it differs by more than the types `Dialect.ddl` spells (None = `sql`)."""
 
     version: int
     name: str
     sql: str
+    postgres: str | None = None
 
 
 # Point lookups recall makes on every query. A constant `session_id IN (...)` list is an
@@ -158,4 +160,7 @@ MEMORY_MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    # PostgreSQL searches per space through an HNSW index (filtered with iterative scans, see
+    # vectors.py); DuckDB's HNSW filters after its top-k, so DuckDB scans the space exactly.
+    Migration(5, "vector index", "", postgres="CREATE INDEX memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops);"),
 )

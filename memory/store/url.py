@@ -49,7 +49,7 @@ def parse_store_url(url: str) -> StoreURL:
             parts.port  # noqa: B018 - raises on a port that is not a number
         except ValueError as exc:
             raise StoreError(f"store url {_shown(text)!r} is not a valid PostgreSQL URL: {exc}") from None
-        if parts.password is not None:
+        if parts.password:  # an empty one ("user:@host") is no password
             raise StoreError("store url contains a password: remove it and set MEMGATE_STORE_PASSWORD "
                              "(or PGPASSWORD) in the environment instead")
         if not parts.path.strip("/"):

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memory.store.connection import Conn, PerStore, Store, vector_literal
+from memory.store.dialect import dialect_of
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +50,37 @@ def vector_candidates(con: Conn, qvec: np.ndarray, space_ids: Sequence[str], n: 
     """Top `n` (id, cosine) among active memories of the allowed spaces."""
     if not space_ids or n <= 0:
         return []
-    kind_filter = "AND kind IN (SELECT unnest($kinds))" if kinds else ""
     params: dict = {"q": vector_literal(qvec), "spaces": list(space_ids), "n": n}
     if kinds:
         params["kinds"] = list(kinds)
-    rows = con.execute(
-        f"""SELECT id, array_inner_product(embedding, $q::VARCHAR::FLOAT[{len(qvec)}]) AS sim FROM memories
-            WHERE space_id IN (SELECT unnest($spaces)) AND status = 'active' AND embedding IS NOT NULL {kind_filter}
-            ORDER BY sim DESC, id LIMIT $n""",
+    if dialect_of(con).postgres:
+        rows = _pg_candidates(con, params, len(qvec), bool(kinds))
+    else:
+        kind_filter = "AND kind IN (SELECT unnest($kinds))" if kinds else ""
+        rows = con.execute(
+            f"""SELECT id, array_inner_product(embedding, $q::VARCHAR::FLOAT[{len(qvec)}]) AS sim FROM memories
+                WHERE space_id IN (SELECT unnest($spaces)) AND status = 'active' AND embedding IS NOT NULL {kind_filter}
+                ORDER BY sim DESC, id LIMIT $n""",
+            params,
+        ).fetchall()
+    return [(r[0], float(r[1])) for r in rows]
+
+
+def _pg_candidates(con: Conn, params: dict, dim: int, kinds: bool) -> list[tuple]:
+    """PostgreSQL: the HNSW index walked with iterative scans, so a filter that keeps 1% of the
+    rows still yields `n` of them (pgvector 0.8: `relaxed_order` may return them slightly out of
+    order, hence the outer sort); ef_search 200 keeps recall at 1.00 on a 1% space of 100k."""
+    con.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+    con.execute("SET LOCAL hnsw.ef_search = 200")
+    kind_filter = "AND kind = ANY($kinds::VARCHAR[])" if kinds else ""
+    return con.execute(
+        f"""SELECT id, sim FROM (
+                SELECT id, 1 - (embedding <=> $q::vector({dim})) AS sim FROM memories
+                WHERE space_id = ANY($spaces::VARCHAR[]) AND status = 'active' AND embedding IS NOT NULL {kind_filter}
+                ORDER BY embedding <=> $q::vector({dim}) LIMIT $n) AS near
+            ORDER BY sim DESC, id""",
         params,
     ).fetchall()
-    return [(r[0], float(r[1])) for r in rows]
 
 
 def fetch_vectors(con: Conn, ids: Sequence[str]) -> dict[str, np.ndarray]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from memory.embed import Embedder
 from memory.errors import MemgateError
 from memory.store.connection import Conn, Store, vector_literal
+from memory.store.dialect import dialect_of
 from memory.store.keywords import keyword_search
 from memory.store.postings_cache import postings_for
 from memory.store.rows import NewMemory, bump_seq, ensure_space, insert_memories, new_id, utc_naive
@@ -232,7 +233,7 @@ class SkillLibrary:
     def _update_row(c: Conn, skill_id: str, doc: SkillDoc, vector, now: datetime) -> None:
         c.execute(
             f"UPDATE memories SET text = ?, search_text = ?, content_hash = ?, updated_at = ?, "
-            f"embedding = ?::VARCHAR::FLOAT[{len(vector)}] WHERE id = ?",
+            f"embedding = {dialect_of(c).vector('?', len(vector))} WHERE id = ?",
             [skill_text(doc), search_text(index_text(doc)), content_hash(skill_text(doc)), now,
              vector_literal(vector), skill_id])
         bump_seq(c, [skill_id])

@@ -7,6 +7,8 @@ import asyncio
 import json
 from datetime import timedelta
 
+import pytest
+
 from memory.ingest.capture import CapturedTurn, TurnMessage
 from memory.embed import LiteLLMEmbedder
 from memory.engine import MemoryEngine
@@ -44,6 +46,7 @@ async def test_timeline_forget_pin_and_export(store, embedder, clock, tmp_path):
     assert all(r["space_id"] == "u:a" for r in rows)
 
 
+@pytest.mark.duckdb_only("reembed's column swap and its checks (duckdb_indexes, reopening the file) are DuckDB's")
 async def test_reembed_switches_model_and_dimension(store, embedder, clock, tmp_path, fake_llm):
     engine = MemoryEngine(store, embedder, None, data_dir=tmp_path, clock=clock.now)
     await chat(engine, clock, "u:a", "s1", [("I play the cello in an orchestra", "Wonderful"),

@@ -1,0 +1,224 @@
+"""The PostgreSQL store: psycopg 3 with a connection pool, pgvector for embeddings, the same
+versioned migrations as DuckDB.
+
+Statements are written once, in SQL both backends take, with DuckDB's `?` / `$name` markers;
+`PgConn` turns the markers into psycopg's (memory/store/placeholders.py) and offers the few
+DuckDB connection methods memgate uses (`execute`, `executemany`, `fetchone`, `fetchall`,
+`fetchnumpy`). What differs (vector search, DDL types, casts) comes from `memory/store/dialect.py`.
+
+Writes: one transaction per `write(fn)`, serialised in this process like DuckDB's single writer.
+Nothing here remembers the database's state between calls: the caches' watermarks and
+generations are read from `meta` on every search, so another process's writes are seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import numpy as np
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.adapt import Loader
+from psycopg.types.array import ListDumper
+from psycopg_pool import ConnectionPool
+
+from memory.errors import StoreError, StoreWriteError
+from memory.store.dialect import POSTGRES, Dialect
+from memory.store.placeholders import to_pyformat
+from memory.store.schema import MEMORY_MIGRATIONS, Migration
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+TEXT_ARRAY_OID = 1009
+POOL_MAX = 8
+
+
+class _ListDumper(ListDumper):
+    """An empty or all-NULL list as text[] (psycopg leaves it untyped, and `unnest(unknown)` is
+    ambiguous); DuckDB infers these from the statement."""
+
+    def upgrade(self, obj: list[Any], format: Any) -> ListDumper:
+        d = super().upgrade(obj, format)
+        if not d.oid:  # no element, or str elements (psycopg sends str untyped)
+            d = type(self)(self.cls, self._tx) if d is self else d
+            d.oid = TEXT_ARRAY_OID
+        return d
+
+
+class _VectorLoader(Loader):
+    """pgvector's text form `[1,2,3]` as a float32 numpy array (what DuckDB's fetchnumpy gives)."""
+
+    def load(self, data: Any) -> np.ndarray:
+        return np.array(bytes(data)[1:-1].split(b","), dtype=np.float32)
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    conn.adapters.register_dumper(list, _ListDumper)
+    info = conn.execute("SELECT oid FROM pg_type WHERE typname = 'vector'").fetchone()
+    if info:
+        conn.adapters.register_loader(info[0], _VectorLoader)
+    conn.commit()
+
+
+class PgConn:
+    """A psycopg connection with the DuckDB connection methods memgate calls."""
+
+    dialect: Dialect = POSTGRES
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self._conn = conn
+        self._cur = conn.cursor()
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> PgConn:
+        # Without parameters psycopg sends the text as it is (several statements allowed).
+        text = to_pyformat(sql)[0] if params is not None else sql
+        self._cur.execute(text, params, prepare=False)
+        return self
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> PgConn:
+        text, _ = to_pyformat(sql)
+        self._cur.executemany(text, rows)
+        return self
+
+    def copy_rows(self, table: str, columns: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Bulk insert through COPY (PostgreSQL's fast path; DuckDB's is INSERT ... SELECT unnest)."""
+        with self._cur.copy(f"COPY {table} ({columns}) FROM STDIN") as cp:
+            for r in rows:
+                cp.write_row(r)
+
+    def fetchone(self) -> tuple | None:
+        return self._cur.fetchone()
+
+    def fetchall(self) -> list[tuple]:
+        return self._cur.fetchall()
+
+    def fetchnumpy(self) -> dict[str, np.ndarray]:
+        names = [d.name for d in self._cur.description or ()]
+        rows = self._cur.fetchall()
+        cols = list(zip(*rows)) if rows else [() for _ in names]
+        return {n: _column(c) for n, c in zip(names, cols)}
+
+    def cursor(self) -> PgConn:
+        return self
+
+    def close(self) -> None:
+        self._cur.close()
+
+
+def _column(values: tuple) -> np.ndarray:
+    if not values or any(v is None or isinstance(v, (np.ndarray, str, list)) for v in values):
+        out = np.empty(len(values), dtype=object)
+        out[:] = list(values)
+        return out
+    return np.asarray(values)
+
+
+class PgStore:
+    """The memory database on PostgreSQL (see the module docstring)."""
+
+    backend = "postgresql"
+
+    def __init__(self, conninfo: str, dim: int, *, extra_migrations: Sequence[Migration] = (),
+                 password: str | None = None, pool_max: int = POOL_MAX) -> None:
+        self.dim = dim
+        self.conninfo = conninfo
+        kwargs: dict[str, Any] = {"password": password} if password else {}
+        self._pool = ConnectionPool(conninfo, min_size=1, max_size=pool_max, kwargs=kwargs,
+                                    configure=_configure, open=False, name="memgate")
+        try:
+            self._pool.open(wait=True, timeout=30)
+        except Exception as exc:  # noqa: BLE001 - any failure to connect is one line
+            self._pool.close()
+            raise StoreError(f"cannot connect to the PostgreSQL store {conninfo}: {str(exc).splitlines()[0][:300]}") from None
+        self._lock = threading.RLock()
+        self._closed = False
+        self._migrate(tuple(MEMORY_MIGRATIONS) + tuple(extra_migrations))
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._pool.close()
+
+    def __enter__(self) -> PgStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def schema_change(self, what: str) -> Iterator[None]:
+        """PostgreSQL's DDL is transactional: a crash inside the block's `write()` rolls it back."""
+        yield
+
+    # --- access ----------------------------------------------------------------------------
+    def write(self, fn: Callable[[PgConn], T]) -> T:
+        """Run `fn` in one transaction (rolled back on error)."""
+        with self._lock:
+            try:
+                with self._pool.connection() as conn, conn.transaction():
+                    con = PgConn(conn)
+                    try:
+                        return fn(con)
+                    finally:
+                        con.close()
+            except (pg_errors.DiskFull, pg_errors.IoError, pg_errors.AdminShutdown, psycopg.OperationalError) as exc:
+                raise StoreWriteError(f"the PostgreSQL store could not be written: {str(exc).splitlines()[0][:300]}") from exc
+
+    def read(self, fn: Callable[[PgConn], T]) -> T:
+        """Run `fn` on a pooled connection inside a transaction of its own (so `SET LOCAL`
+        settings of a query stay in it); each statement sees every commit before it."""
+        with self._pool.connection() as conn, conn.transaction():
+            con = PgConn(conn)
+            try:
+                return fn(con)
+            finally:
+                con.close()
+
+    async def awrite(self, fn: Callable[[PgConn], T]) -> T:
+        return await asyncio.to_thread(self.write, fn)
+
+    async def aread(self, fn: Callable[[PgConn], T]) -> T:
+        return await asyncio.to_thread(self.read, fn)
+
+    def meta_get(self, key: str, default: str | None = None) -> str | None:
+        row = self.read(lambda c: c.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone())
+        return row[0] if row else default
+
+    @staticmethod
+    def meta_set(con: PgConn, key: str, value: str) -> None:
+        con.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, value])
+
+    # --- migrations ------------------------------------------------------------------------
+    def _migrate(self, migrations: Sequence[Migration]) -> None:
+        versions = [m.version for m in migrations]
+        if len(set(versions)) != len(versions):
+            raise StoreError(f"duplicate migration versions: {sorted(versions)}")
+
+        def run(con: PgConn) -> None:
+            # One migrator at a time across processes; the lock ends with the transaction.
+            con.execute("SELECT pg_advisory_xact_lock(hashtext('memgate.migrate'))")
+            con.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+            con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
+                        "applied_at TIMESTAMP DEFAULT now())")
+            done = {r[0] for r in con.execute("SELECT version FROM schema_migrations").fetchall()}
+            stored = con.execute("SELECT value FROM meta WHERE key = 'embedding_dim'").fetchone()
+            if stored and int(stored[0]) != self.dim:
+                log.info("database holds %s-d embeddings; configured %s-d (run reembed to switch)", stored[0], self.dim)
+                self.dim = int(stored[0])
+            for m in sorted(migrations, key=lambda m: m.version):
+                if m.version in done:
+                    continue
+                log.info("applying migration %s (%s)", m.version, m.name)
+                con.execute(POSTGRES.ddl(m, self.dim))
+                con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [m.version, m.name])
+                self.meta_set(con, "embedding_dim", str(self.dim))
+
+        self.write(run)
