@@ -42,6 +42,11 @@ class _ListDumper(ListDumper):
     """An empty or all-NULL list as text[] (psycopg leaves it untyped, and `unnest(unknown)` is
     ambiguous); DuckDB infers these from the statement."""
 
+    def get_key(self, obj: list[Any], format: Any) -> Any:
+        if self._find_list_element(obj, format) is None:
+            return (self.cls, None)  # a key of its own, so `upgrade` is asked
+        return super().get_key(obj, format)
+
     def upgrade(self, obj: list[Any], format: Any) -> ListDumper:
         d = super().upgrade(obj, format)
         if not d.oid:  # no element, or str elements (psycopg sends str untyped)
@@ -118,6 +123,11 @@ def _column(values: tuple) -> np.ndarray:
     return np.asarray(values)
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return (lines[-1] if lines and lines[0].startswith("connection") and len(lines) > 1 else lines[0] if lines else type(exc).__name__)[:300]
+
+
 class PgStore:
     """The memory database on PostgreSQL (see the module docstring)."""
 
@@ -128,13 +138,19 @@ class PgStore:
         self.dim = dim
         self.conninfo = conninfo
         kwargs: dict[str, Any] = {"password": password} if password else {}
+        # One plain connection first: a wrong password or host is one line now, where the pool
+        # would retry in the background until its timeout.
+        try:
+            psycopg.connect(conninfo, connect_timeout=10, **kwargs).close()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to the PostgreSQL store {conninfo}: {_first_line(exc)}") from None
         self._pool = ConnectionPool(conninfo, min_size=1, max_size=pool_max, kwargs=kwargs,
                                     configure=_configure, open=False, name="memgate")
         try:
             self._pool.open(wait=True, timeout=30)
         except Exception as exc:  # noqa: BLE001 - any failure to connect is one line
             self._pool.close()
-            raise StoreError(f"cannot connect to the PostgreSQL store {conninfo}: {str(exc).splitlines()[0][:300]}") from None
+            raise StoreError(f"cannot connect to the PostgreSQL store {conninfo}: {_first_line(exc)}") from None
         self._lock = threading.RLock()
         self._closed = False
         self._migrate(tuple(MEMORY_MIGRATIONS) + tuple(extra_migrations))
@@ -169,7 +185,7 @@ class PgStore:
                     finally:
                         con.close()
             except (pg_errors.DiskFull, pg_errors.IoError, pg_errors.AdminShutdown, psycopg.OperationalError) as exc:
-                raise StoreWriteError(f"the PostgreSQL store could not be written: {str(exc).splitlines()[0][:300]}") from exc
+                raise StoreWriteError(f"the PostgreSQL store could not be written: {_first_line(exc)}") from exc
 
     def read(self, fn: Callable[[PgConn], T]) -> T:
         """Run `fn` on a pooled connection inside a transaction of its own (so `SET LOCAL`

@@ -14,7 +14,6 @@ from memory.store.keywords import keyword_candidates, rebuild_index
 from memory.store.rows import NewMemory, insert_memories
 from memory.recall.block import render_block
 from memory.recall.search import MemoryHit, Recaller, RecallSettings
-from memory.store.connection import Store
 from memory.text import MEMORY_CLOSE, MEMORY_OPEN, estimate_tokens, query_terms
 
 NOW = datetime(2026, 3, 1, 12, 0)
@@ -33,8 +32,8 @@ CONTENT = st.lists(WORDS, min_size=1, max_size=5).map(" ".join)
 @given(data=st.lists(st.tuples(st.sampled_from(["A", "B", "C"]), CONTENT), min_size=1, max_size=8),
        query=CONTENT, allowed=st.sets(st.sampled_from(["A", "B", "C"]), min_size=1, max_size=2),
        rebuild=st.booleans())
-def test_search_never_leaves_the_allowed_spaces(tmp_path_factory, embedder, data, query, allowed, rebuild):
-    store = Store(tmp_path_factory.mktemp("iso") / "m.duckdb", 384)
+def test_search_never_leaves_the_allowed_spaces(new_store, embedder, data, query, allowed, rebuild):
+    store = new_store()
     try:
         for space, text in data:
             add(store, embedder, space, [text])

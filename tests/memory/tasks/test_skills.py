@@ -115,12 +115,6 @@ def embedder():
 
 
 @pytest.fixture
-def store(tmp_path):
-    with Store(tmp_path / "m.duckdb", 384) as s:
-        yield s
-
-
-@pytest.fixture
 async def fake():
     async with FakeLLM() as server:
         yield server

@@ -80,12 +80,6 @@ def embedder():
     return LocalE5Embedder()
 
 
-@pytest.fixture
-def store(tmp_path):
-    with Store(tmp_path / "m.duckdb", 384) as s:
-        yield s
-
-
 def judge_same(body: dict) -> str:
     """Unscripted boundary questions get SAME; anything else the fake's plain "OK"."""
     system = body["messages"][0]["content"]
