@@ -29,6 +29,7 @@ from memory.store.keywords import rebuild_index  # noqa: E402
 from memory.ingest.raw import RawMessage, index_text, store_raw  # noqa: E402
 from memory.recall.block import render_block  # noqa: E402
 from memory.recall.search import Recaller, RecallSettings  # noqa: E402
+from memory.store.backend import open_store  # noqa: E402
 from memory.store.connection import Store  # noqa: E402
 from memory.text import estimate_tokens, search_text  # noqa: E402
 
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mmr", type=float, default=None, help="override MMR lambda (ablation)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any RecallSettings field (ablation)")
     ap.add_argument("--db", default=None, help="keep the ingested database here and reuse it (ablations)")
+    ap.add_argument("--store", default=None, metavar="URL",
+                    help="run on this store instead (postgresql://user@host/db; reused when it already holds the sample)")
     ap.add_argument("--retokenize", action="store_true",
                     help="with --db: recompute the chunks' BM25 text with today's tokenizer (no re-embedding)")
     ap.add_argument("--dump", default=None, help="write one JSON line per question (category, gold, found ids)")
@@ -111,9 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         parsed = value.lower() in ("1", "true", "yes", "on") if isinstance(current, bool) else type(current)(value)
         settings = replace(settings, **{key: parsed})
     tmp = tempfile.TemporaryDirectory()
-    db = Path(args.db) if args.db else Path(tmp.name) / "bench.duckdb"
-    reuse = db.exists()
-    store = Store(db, 384)
+    if args.store:
+        store = open_store(args.store, 384)
+        reuse = bool(store.read(lambda c: c.execute("SELECT count(*) FROM memories").fetchone()[0]))
+    else:
+        db = Path(args.db) if args.db else Path(tmp.name) / "bench.duckdb"
+        reuse = db.exists()
+        store = Store(db, 384)
     embedder = LocalE5Embedder()
     recaller = Recaller(store, embedder, settings)
 

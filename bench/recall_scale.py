@@ -40,6 +40,7 @@ from memory.store.keywords import rebuild_index  # noqa: E402
 from memory.store.rows import insert_memories  # noqa: E402
 from memory.ingest.raw import RawMessage, embed_text, raw_rows, store_raw  # noqa: E402
 from memory.recall.search import Recaller  # noqa: E402
+from memory.store.backend import open_store  # noqa: E402
 from memory.store.connection import Store  # noqa: E402
 
 DIM = 384
@@ -251,10 +252,12 @@ def bulk_insert(store: Store, pool: ClausePool, rng: np.random.Generator, plan: 
     print()
 
 
-def build(db: Path, embedder: LocalE5Embedder, seed: int, pool_size: int) -> dict:
-    for p in (db, Path(f"{db}.wal")):
-        p.unlink(missing_ok=True)
-    store = Store(db, DIM)
+def build(db: Path | str, embedder: LocalE5Embedder, seed: int, pool_size: int) -> dict:
+    """Build the bench database: a DuckDB file (made afresh) or the store a URL names (empty)."""
+    if isinstance(db, Path):
+        for p in (db, Path(f"{db}.wal")):
+            p.unlink(missing_ok=True)
+    store = _open(db)
     info: dict = {}
     try:
         rng = random.Random(seed)
@@ -279,6 +282,17 @@ def build(db: Path, embedder: LocalE5Embedder, seed: int, pool_size: int) -> dic
     finally:
         store.close()
     return info
+
+
+def _open(db: Path | str):
+    return Store(db, DIM) if isinstance(db, Path) else open_store(db, DIM)
+
+
+def _has_rows(db: Path | str) -> bool:
+    if isinstance(db, Path):
+        return db.exists()
+    with _open(db) as s:
+        return bool(s.read(lambda c: c.execute("SELECT count(*) FROM memories").fetchone()[0]))
 
 
 def load_info(store: Store) -> dict:
@@ -356,6 +370,9 @@ def ingest_study(embedder: LocalE5Embedder, seed: int, n: int = 1000) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", default="/tmp/recall_scale.duckdb")
+    ap.add_argument("--store", default=None, metavar="URL",
+                    help="run on this store instead of --db (postgresql://user@host/db: an empty database, or one "
+                         "an earlier run built, with --reuse)")
     ap.add_argument("--reuse", action="store_true", help="reuse an existing --db instead of rebuilding it")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--seed", type=int, default=7)
@@ -366,16 +383,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ingest-study", action="store_true", help="measure store_raw on a scratch store and split its time")
     args = ap.parse_args(argv)
 
-    db = Path(args.db)
+    db: Path | str = args.store or Path(args.db)
     t_start = time.perf_counter()
     embedder = LocalE5Embedder()
     if args.ingest_study:
         print("ingest study:")
         ingest_study(embedder, args.seed)
-    if not (args.reuse and db.exists()):
+    if not (args.reuse and _has_rows(db)):
+        if not isinstance(db, Path) and _has_rows(db):
+            print(f"{db} already holds memories: point --store at an empty database, or add --reuse")
+            return 2
         print(f"building {db} ...")
         build(db, embedder, args.seed, args.pool)
-    store = Store(db, DIM)
+    store = _open(db)
     info = load_info(store)
     # Always rebuilt (and timed) here, so the index matches the code being measured.
     t0 = time.perf_counter()
@@ -410,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         store.close()
 
     load.append(os.getloadavg()[0])
-    with Store(db, DIM) as s2:
+    with _open(db) as s2:
         store_rows = dict(s2.read(lambda c: c.execute("SELECT space_id, count(*) FROM memories GROUP BY 1").fetchall()))
     total = sum(store_rows.values())
     print(f"\nrecall at scale ({total} rows in {len(store_rows)} spaces; each query searches its space + "

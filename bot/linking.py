@@ -184,8 +184,9 @@ class Linking:
             old, target = claimant.space_id, me.space_id
             # Every account already sharing the claimant's space comes along (one person, one
             # space), and each keeps reading the old space; its memories stay where they are.
-            con.execute("""INSERT OR IGNORE INTO kept_spaces (channel, external_id, space_id, kept_at)
-                           SELECT channel, external_id, space_id, ? FROM identities WHERE space_id = ?""", [now, old])
+            con.execute("""INSERT INTO kept_spaces (channel, external_id, space_id, kept_at)
+                           SELECT channel, external_id, space_id, ? FROM identities WHERE space_id = ?
+                           ON CONFLICT DO NOTHING""", [now, old])
             con.execute("UPDATE identities SET space_id = ?, updated_at = ? WHERE space_id = ?", [target, now, old])
             return LinkDecision(True, self.access.select(con, claimant.channel, claimant.external_id), claimant_chat)
 

@@ -82,8 +82,10 @@ def _load_states(con: Conn) -> dict[str, _State]:
 
 def _save_state(con: Conn, name: str, s: _State) -> None:
     con.execute(
-        "INSERT OR REPLACE INTO scheduler_jobs (name, last_run, duration_s, last_error, last_ok, runs, failures) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO scheduler_jobs (name, last_run, duration_s, last_error, last_ok, runs, failures) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET last_run = excluded.last_run, "
+        "duration_s = excluded.duration_s, last_error = excluded.last_error, last_ok = excluded.last_ok, "
+        "runs = excluded.runs, failures = excluded.failures",
         [name, s.last_run, s.duration_s, s.last_error, s.last_ok, s.runs, s.failures])
 
 

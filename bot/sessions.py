@@ -55,7 +55,9 @@ class Sessions:
                 con.execute("UPDATE sessions SET last_at = ? WHERE conversation_key = ?", [now, conversation_key])
                 return Session(conversation_key, row[0], row[1], row[2], False)
             sid = new_id("s")
-            con.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?)", [conversation_key, sid, space_id, now, now])
+            con.execute("INSERT INTO sessions VALUES (?, ?, ?, ?, ?) ON CONFLICT (conversation_key) DO UPDATE SET "
+                        "session_id = excluded.session_id, space_id = excluded.space_id, started_at = excluded.started_at, "
+                        "last_at = excluded.last_at", [conversation_key, sid, space_id, now, now])
             return Session(conversation_key, sid, space_id, now, True)
 
         return await self.store.awrite(write)

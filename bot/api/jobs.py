@@ -99,7 +99,8 @@ def queue_depth_and_age(con: Conn, now: datetime) -> tuple[int, float]:
 def save_result(con: Conn, job_id: str, result: dict) -> None:
     import json
 
-    con.execute("INSERT OR REPLACE INTO api_job_results VALUES (?, ?)", [job_id, json.dumps(result, ensure_ascii=False)])
+    con.execute("INSERT INTO api_job_results VALUES (?, ?) ON CONFLICT (job_id) DO UPDATE SET result = excluded.result",
+                [job_id, json.dumps(result, ensure_ascii=False)])
 
 
 def admin_job(con: Conn, job_id: str) -> dict | None:

@@ -54,9 +54,11 @@ class Dialect:
             return [_vec(r) for r in rows]
         return "[" + ",".join(_vec(r) for r in rows) + "]"
 
-    def inner_product(self, col: str, q: str) -> str:
-        """Cosine of unit vectors (PostgreSQL: 1 - cosine distance, the HNSW index's operator)."""
-        return f"(1 - ({col} <=> {q}))" if self.postgres else f"array_inner_product({col}, {q})"
+    def series(self, start: str, end: str, step: str) -> str:
+        """A query of one column `start`: timestamps from `start` up to, not including, `end`."""
+        if self.postgres:
+            return f"SELECT g AS start FROM generate_series({start}, {end} - INTERVAL '1 microsecond', {step}) AS g"
+        return f"SELECT range AS start FROM range({start}, {end}, {step})"
 
     def round9(self, expr: str) -> str:
         """A DOUBLE rounded to 9 decimals (PostgreSQL rounds only numerics to a scale)."""

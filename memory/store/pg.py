@@ -6,7 +6,8 @@ Statements are written once, in SQL both backends take, with DuckDB's `?` / `$na
 DuckDB connection methods memgate uses (`execute`, `executemany`, `fetchone`, `fetchall`,
 `fetchnumpy`). What differs (vector search, DDL types, casts) comes from `memory/store/dialect.py`.
 
-Writes: one transaction per `write(fn)`, serialised in this process like DuckDB's single writer.
+Writes: one transaction per `write(fn)`, serialised across processes like DuckDB's single
+writer (an advisory lock; see `PgStore.write`).
 Nothing here remembers the database's state between calls: the caches' watermarks and
 generations are read from `meta` on every search, so another process's writes are seen.
 """
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 TEXT_ARRAY_OID = 1009
 POOL_MAX = 8
+WRITE_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext('memgate.write'))"
 
 
 class _ListDumper(ListDumper):
@@ -175,10 +177,16 @@ class PgStore:
 
     # --- access ----------------------------------------------------------------------------
     def write(self, fn: Callable[[PgConn], T]) -> T:
-        """Run `fn` in one transaction (rolled back on error)."""
+        """Run `fn` in one transaction (rolled back on error).
+
+        Writers take one transaction-scoped advisory lock, in every process: commits happen in
+        the order `memory_seq` values were drawn, so a cache that has seen seq N has seen every
+        row below it (the watermark caches rely on that, as they do on DuckDB's single writer).
+        """
         with self._lock:
             try:
                 with self._pool.connection() as conn, conn.transaction():
+                    conn.execute(WRITE_LOCK_SQL)
                     con = PgConn(conn)
                     try:
                         return fn(con)
@@ -218,8 +226,7 @@ class PgStore:
             raise StoreError(f"duplicate migration versions: {sorted(versions)}")
 
         def run(con: PgConn) -> None:
-            # One migrator at a time across processes; the lock ends with the transaction.
-            con.execute("SELECT pg_advisory_xact_lock(hashtext('memgate.migrate'))")
+            # One migrator at a time across processes: the writers' lock, held to the commit.
             con.execute("CREATE EXTENSION IF NOT EXISTS vector")
             con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
             con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "

@@ -131,3 +131,58 @@ def test_keyword_rankings_equal_duckdbs(pg_url, tmp_path):
                 assert [i for i, _ in got] == [i for i, _ in want], (terms, spaces)
                 assert [round(x, 9) for _, x in got] == [round(x, 9) for _, x in want]
                 assert want
+
+
+def test_pulse_is_the_same_on_both_backends(pg_url, tmp_path):
+    from datetime import timedelta
+
+    from memory.store.pulse import pulse
+
+    got = []
+    with open_store(pg_url, 384) as pg, Store(tmp_path / "m.duckdb", 384) as duck:
+        for s in (pg, duck):
+            rows = [NewMemory(space_id="a", kind=k, text=f"t{i}", title="", created_at=T0 + timedelta(hours=13 * i),
+                              category=c, tags=tags, id=f"m{i}")
+                    for i, (k, c, tags) in enumerate([("fact", "pref", ("x", "y")), ("chunk", None, ()), ("fact", "pref", ("x",)),
+                                                      ("task", "work", ("y", "x")), ("fact", None, ("z",))])]
+            s.write(lambda con, rows=rows: insert_memories(con, rows, _unit(np.random.default_rng(0), len(rows))))
+            for bucket in ("day", "week"):
+                got.append(s.read(lambda con, b=bucket: pulse(con, "a", T0 - timedelta(days=2), T0 + timedelta(days=9), b)))
+    assert got[:2] == got[2:]
+    assert got[0].total == 5 and got[0].top_tags[0] == ("x", 3) and len(got[0].buckets) == 11
+
+
+def test_writers_in_two_processes_commit_in_seq_order(pg_url):
+    """A second store (another process's pool) cannot commit between another writer's nextval
+    and its commit: the seq watermark the caches keep never skips a row."""
+    import threading
+
+    with open_store(pg_url, 384) as a, open_store(pg_url, 384) as b:
+        _fill(a, {"x": 1}, np.random.default_rng(0))
+        inside, release = threading.Event(), threading.Event()
+
+        def slow(con):
+            con.execute("UPDATE memories SET seq = nextval('memory_seq') WHERE id = 'x-0'")
+            inside.set()
+            release.wait(10)
+
+        t = threading.Thread(target=a.write, args=(slow,))
+        t.start()
+        inside.wait(10)
+        done = []
+        u = threading.Thread(target=lambda: done.append(_fill(b, {"y": 1}, np.random.default_rng(1))))
+        u.start()
+        # b queues behind a's advisory lock (polled: nothing here depends on how long it takes)
+        waiting = 0
+        for _ in range(200):
+            waiting = a.read(lambda c: c.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()[0])
+            if waiting:
+                break
+            threading.Event().wait(0.05)
+        assert waiting == 1 and not done
+        release.set()
+        t.join(10)
+        u.join(10)
+        seqs = dict(a.read(lambda c: c.execute("SELECT id, seq FROM memories").fetchall()))
+        assert seqs["x-0"] < seqs["y-0"]
