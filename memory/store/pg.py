@@ -126,8 +126,11 @@ def _column(values: tuple) -> np.ndarray:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The reason in one line (libpq puts it after its "connection to server ... failed" lines)."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return (lines[-1] if lines and lines[0].startswith("connection") and len(lines) > 1 else lines[0] if lines else type(exc).__name__)[:300]
+    if not lines:
+        return type(exc).__name__
+    return (lines[-1] if lines[0].startswith("connection") else lines[0])[:300]
 
 
 class PgStore:
