@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from memory.store.connection import Conn, Store
 from memory.store.dialect import dialect_of
-from memory.store.tokens import STEM_SQL, TOKENS_SQL, scratch, stem_terms, stems_of
+from memory.store.tokens import STEM_SQL, TOKENS_SQL, build_scratch, stem_terms, stems_of
 from memory.store.postings_cache import DICT, POSTINGS, STATS, WATERMARK_KEY, PostingsCache, bump_generation, index_version
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def _build_elsewhere(con: Conn, wm: int) -> None:
     in-memory DuckDB (memory/store/tokens.py), then copied in (inside the caller's transaction,
     so readers see the old index or the new one)."""
     rows = con.execute("SELECT seq, space_id, kind, search_text FROM memories WHERE seq <= ?", [wm]).fetchall()
-    duck = scratch()
+    duck = build_scratch()
     cols = list(zip(*rows)) if rows else [[], [], [], []]
     duck.execute("CREATE OR REPLACE TEMP TABLE src AS SELECT unnest(?::BIGINT[]) AS seq, unnest(?::VARCHAR[]) AS space_id, "
                  "unnest(?::VARCHAR[]) AS kind, unnest(?::VARCHAR[]) AS search_text", [list(c) for c in cols])
@@ -119,8 +119,7 @@ def _build_elsewhere(con: Conn, wm: int) -> None:
         con.execute(f"CREATE INDEX {POSTINGS}_space_term ON {POSTINGS} (space_id, term)")
         con.execute(f"ANALYZE {POSTINGS}")
     finally:
-        for table in ("src", POSTINGS, DICT, STATS):
-            duck.execute(f"DROP TABLE IF EXISTS {table}")
+        duck.close()
 
 
 def watermark(con: Conn) -> int:
