@@ -142,7 +142,11 @@ class ConsoleAdapter:
             # Output written while the prompt is up (replies) goes above it, and the prompt is
             # redrawn under it: nothing is glued to the line being typed. Only stdout: stderr is
             # where libraries log, and the CLI points it at the log file, not into the chat.
-            with StdoutProxy(raw=True) as proxy, _stdout_as(proxy):
+            # The terminal stays in raw mode from the first prompt to the last, not only while a
+            # prompt reads: between two prompts (the line being handed over) the kernel's line
+            # discipline would otherwise take what is typed, and a Ctrl-D there is an end-of-file
+            # that no prompt ever sees. In raw mode type-ahead waits as bytes for the next prompt.
+            with StdoutProxy(raw=True) as proxy, _stdout_as(proxy), self._session.input.raw_mode():
                 while True:
                     try:
                         # Not prompt_toolkit's loop exception handler: it takes the terminal over with

@@ -179,3 +179,42 @@ async def test_an_error_no_task_handled_is_logged_and_never_takes_the_keys(tmp_p
     finally:
         tty.close()
     assert "a stray error of turn 1" in log.read_text() and "a stray error of turn 2" in log.read_text()
+
+
+# The terminal channel alone on a pty, with a hand-over that takes its time (the gateway making
+# the line durable on a busy disk): what is typed meanwhile must reach the next prompt.
+SLOW_HAND_OVER_CHAT = """
+import asyncio, sys
+from adapters.console import ConsoleAdapter
+
+async def main():
+    console = ConsoleAdapter("ann")
+    seen = []
+
+    async def inbound(msg):
+        await asyncio.sleep(1.5)  # no prompt reads while this runs
+        seen.append(msg.text)
+
+    await console.start(inbound)
+    await console.closed.wait()
+    print("seen:", seen)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("then", ["\x04", "second\r\x04", "\x03"])
+async def test_keys_typed_while_a_line_is_handed_over_reach_the_next_prompt(tmp_path, then):
+    tty = Tty(["-c", SLOW_HAND_OVER_CHAT], tty_env(tmp_path, None))
+    try:
+        await tty.prompt("ann> ")
+        tty.send("first\r")
+        # The line is accepted (the cursor left the prompt line) and is being handed over: no
+        # prompt reads now. What comes next is typed in that gap.
+        await tty.wait_screen(lambda lines: tty.cursor_line() == "" and "ann> first" in lines, "the line accepted")
+        tty.send(then)
+        expected = ["first", "second"] if "second" in then else ["first"]
+        await tty.shows(f"seen: {expected!r}", timeout=60)
+        assert await tty.exit_status() == 0
+    finally:
+        tty.close()
