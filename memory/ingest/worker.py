@@ -277,7 +277,7 @@ class IngestWorker:
         turns = [_Queued(*r[:4], *decode_payload(r[4]), r[5]) for r in rows]
         jobs: list[_Job] = []
         # The batch's texts go through the model together (one run of batches of 16, not two
-        # small runs per turn: ~5x the texts per second on 2 cores), then each turn takes its own.
+        # small runs per turn: 1.5-2.4x the texts per second measured here), then each turn takes its own.
         embed = Embedded(self.embedder.embed_passages)
         try:
             with charged_to(turns[0].space_id):
