@@ -18,13 +18,13 @@ import random
 import struct
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Union
 
 from aiohttp import web
 
-__all__ = ["Delay", "FakeError", "FakeLLM", "Script", "ToolCall"]
+__all__ = ["After", "Delay", "FakeError", "FakeLLM", "Script", "ToolCall"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,15 @@ class Delay:
     then: Script
 
 
-Script = Union[str, list[ToolCall], FakeError, Delay, Callable[[dict], "Script"]]
+@dataclass(frozen=True)
+class After:
+    """Script item: await `event()` (something the test waits for, not a clock), then answer `then`."""
+
+    event: Callable[[], Awaitable[object]]
+    then: Script
+
+
+Script = Union[str, list[ToolCall], FakeError, Delay, After, Callable[[dict], "Script"]]
 
 
 @dataclass(frozen=True)
@@ -183,6 +191,9 @@ class FakeLLM:
         for _ in range(_MAX_SCRIPT_DEPTH):
             if isinstance(item, Delay):
                 await asyncio.sleep(item.seconds)
+                item = item.then
+            elif isinstance(item, After):
+                await item.event()
                 item = item.then
             elif isinstance(item, FakeError):
                 return item

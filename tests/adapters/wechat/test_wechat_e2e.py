@@ -29,7 +29,7 @@ from memory.text import MEMORY_OPEN
 from tests.fakes import brain
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.ilink import FakeIlink
-from tests.fakes.llm_server import Delay
+from tests.fakes.llm_server import After, Delay
 from tests.fakes.wechat_mp import FakeMpApi, WechatClient, make_aes_key
 
 ALICE = "alice@im.wechat"
@@ -355,13 +355,19 @@ async def test_mp_slow_answer_goes_through_the_customer_service_api(mp_api, sett
 
 
 async def test_mp_retried_msgid_is_answered_once(mp_api, settings_for, fake_llm, clock, embedder):
-    # WeChat gives up on an attempt after `timeout` (5 s in life, 0.5 s here) and retries the push
-    # (3 times). The reply takes 0.8 s: the first attempt is always abandoned, and the four
-    # attempts' 2 s leave a loaded machine 1.2 s of slack (0.4 s against a 1 s reply failed there).
-    fake_llm.responder = slow_replies(0.8)
+    # WeChat gives up on an attempt after `timeout` (5 s in life, 1.5 s here) and retries the push.
+    # The reply is held until the second attempt has started, so the first is always abandoned
+    # whatever the machine's load, and the second has the whole 1.5 s to carry it (a fixed 0.8 s
+    # reply against 0.5 s attempts once missed the second attempt's window on a loaded CI machine).
     settings = settings_for(MEMGATE_ACCESS_OWNERS=f"wechat_mp:{MP_ALICE}")
-    async with mp_app(settings, mp_api, clock, embedder, passive_timeout=4.0, timeout=0.5) as (app, adapter, client):
+    async with mp_app(settings, mp_api, clock, embedder, passive_timeout=4.0, timeout=1.5) as (app, adapter, client):
+        def respond(request: dict) -> object:
+            answer = brain.respond(request)
+            replying = request["messages"][0]["content"].startswith("You are memgate")
+            return After(lambda: client.wait_attempts(2), answer) if replying else answer
+
         await app.warmed_up()  # a first turn that still imports litellm would outlast every attempt
+        fake_llm.responder = respond
         xml = client.text_xml(MP_ALICE, "only once please", msg_id="5500001")
         result = await client.push(xml)
         again = await client.push(xml)  # a late retry after the answer: the same reply, no new turn
