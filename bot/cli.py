@@ -237,14 +237,18 @@ def _export(op, args) -> None:
 class _Bar:
     """A progress bar on stderr that appears with the first progress (a refusal prints alone)."""
 
-    def __init__(self, total: int | None = None) -> None:
+    def __init__(self, total: int | None = None, *, desc: str | None = None, unit: str = "mem",
+                 tty_only: bool = False) -> None:
         self.total, self._bar = total, None
+        self._desc, self._unit, self._tty_only = desc, unit, tty_only
 
     def update(self, n: int) -> None:
         if self._bar is None:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.total, unit="mem", file=sys.stderr)
+            # tty_only: no bar at all when stderr is not a terminal (tqdm's disable=None).
+            self._bar = tqdm(total=self.total, desc=self._desc, unit=self._unit, file=sys.stderr,
+                             disable=None if self._tty_only else False)
         self._bar.update(n)
 
     def write(self, text: str) -> None:
@@ -274,6 +278,45 @@ def cmd_reembed(settings: Settings, args) -> int:
     with _operator(settings) as op, _Bar() as bar:
         n, model = op.reembed(progress=bar.update)
     print(f"re-embedded {n} memories with {model}")
+    return 0
+
+
+def cmd_migrate(settings: Settings, args) -> int:
+    """`memgate migrate --from URL --to URL`: copy every table, resumable; counts checked at the end."""
+    from bot.app import open_store
+    from memory.store.migrate import check_urls, copy_store
+
+    bars: dict[str, _Bar] = {}
+    seen: dict[str, int] = {}
+
+    def progress(table: str, done: int, total: int) -> None:
+        if table not in bars:
+            for b in bars.values():
+                b.__exit__()
+            bars[table] = _Bar(total, desc=table, unit="row", tty_only=True)
+            seen[table] = 0
+        bars[table].update(done - seen[table])
+        seen[table] = done
+
+    def at(where) -> Settings:  # the same settings (migrations, password, dim) on another database
+        return settings.model_copy(update={"store": settings.store.model_copy(update={"url": str(where)})})
+
+    src, dst = check_urls(args.source, args.target)
+    with open_store(at(src)) as source, open_store(at(dst)) as target:
+        try:
+            result = copy_store(source, target, str(src), batch=args.batch, progress=progress)
+        finally:
+            for b in bars.values():
+                b.__exit__()
+    width = max([len(c.table) for c in result.counts] + [5])
+    print(f"{'table':<{width}} | {'source':>9} | {'target':>9} | ok")
+    for c in result.counts:
+        print(f"{c.table:<{width}} | {c.source:>9} | {c.target:>9} | {'yes' if c.ok else 'NO'}")
+    bad = [c.table for c in result.counts if not c.ok]
+    if bad:
+        print(f"memgate: the row counts differ in {', '.join(bad)}: the target is not a complete copy", file=sys.stderr)
+        return 1
+    print(f"migrated {sum(c.target for c in result.counts)} rows ({result.copied} copied by this run)")
     return 0
 
 
@@ -510,6 +553,11 @@ def parser() -> argparse.ArgumentParser:
     m.set_defaults(func=cmd_memory)
     sub.add_parser("reembed", help="re-embed every memory with the configured model").set_defaults(func=cmd_reembed)
     sub.add_parser("doctor", help="check the installation").set_defaults(func=cmd_doctor)
+    mg = sub.add_parser("migrate", help="copy the database to another (DuckDB -> PostgreSQL), resumable")
+    mg.add_argument("--from", dest="source", required=True, help="duckdb:///path.duckdb or postgresql://user@host/db")
+    mg.add_argument("--to", dest="target", required=True, help="an empty database (password: MEMGATE_STORE_PASSWORD)")
+    mg.add_argument("--batch", type=int, default=2000, help="rows per transaction (default 2000)")
+    mg.set_defaults(func=cmd_migrate)
     pa = sub.add_parser("pairing", help="pending DM pairing requests")
     pa.add_argument("action", choices=["list", "approve", "deny"], help="list the waiting requests, approve or deny one")
     pa.add_argument("code", nargs="?", help="the pairing code the person was given (approve, deny)")
