@@ -316,7 +316,9 @@ def cmd_migrate(settings: Settings, args) -> int:
     if bad:
         print(f"memgate: the row counts differ in {', '.join(bad)}: the target is not a complete copy", file=sys.stderr)
         return 1
-    print(f"migrated {sum(c.target for c in result.counts)} rows ({result.copied} copied by this run)")
+    rate = f", {result.copied / result.copy_s:.0f} rows/s" if result.copied and result.copy_s else ""
+    print(f"migrated {sum(c.target for c in result.counts)} rows ({result.copied} copied by this run in "
+          f"{result.copy_s:.1f} s{rate}; indexes and keyword index {result.finish_s:.1f} s)")
     return 0
 
 

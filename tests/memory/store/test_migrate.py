@@ -42,6 +42,11 @@ def _dump(store, table: str, order: str) -> list[tuple]:
     return store.read(lambda c: [tuple(r) for r in c.execute(f"SELECT * FROM {table} ORDER BY {order}").fetchall()])
 
 
+def _hnsw(store) -> list[str]:
+    return store.read(lambda c: [r[0] for r in c.execute(
+        "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND indexdef ILIKE '% USING hnsw %'").fetchall()])
+
+
 def _open(url: str):
     """A store with every layer's migrations, opened as the gateway opens it."""
     return open_store(Settings(data_dir=tempfile.gettempdir(), store={"url": url}))
@@ -117,6 +122,7 @@ def test_every_row_vector_and_counter_arrives_and_recall_agrees(old_db, pg_url, 
             got = [asyncio.run(MemoryEngine(s, embedder, None).search(q, [space], limit=5)) for s in (src, dst)]
             assert [h.id for h in got[0]] == [h.id for h in got[1]] and got[0]
         assert dst.meta_get(MARK_PREFIX + "memories") == "done"
+        assert _hnsw(dst) == ["memories_embedding_hnsw"]   # dropped for the copy, built again
     finally:
         src.close()
         dst.close()
@@ -165,6 +171,8 @@ def test_a_sigkilled_migration_resumes_to_exactly_the_sources_rows(old_db, pg_ur
     try:
         assert ids == [r[0] for r in _dump(src, "memories", "id")]
         assert attempts == 120
+        with _open(pg_url) as dst:
+            assert _hnsw(dst) == ["memories_embedding_hnsw"]
     finally:
         src.close()
 
