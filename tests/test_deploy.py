@@ -109,8 +109,13 @@ def test_compose_runs_the_gateway_with_its_volume_and_postgres_only_as_an_option
     assert gw["env_file"][0]["required"] is False
     assert "profiles" not in gw
     pg = compose["services"]["postgres"]
-    assert pg["profiles"] == ["postgres"]
-    assert "does NOT use it yet" in text and "issue 14" in text
+    assert pg["profiles"] == ["postgres"] and pg["image"] == "pgvector/pgvector:pg17"
+    # The gateway uses it only when pointed at it: an empty URL is DuckDB in the volume, and
+    # without the profile the dependency is not required.
+    assert gw["environment"]["MEMGATE_STORE_URL"] == "${MEMGATE_STORE_URL:-}"
+    assert gw["environment"]["MEMGATE_STORE_PASSWORD"] == "${POSTGRES_PASSWORD:-}"
+    assert gw["depends_on"]["postgres"] == {"condition": "service_healthy", "required": False}
+    assert "docs/scale-out.md" in text
 
 
 def _service(tmp_path: Path, *args: str, config: Path | None) -> subprocess.CompletedProcess:
