@@ -85,6 +85,15 @@ class HasLocalCommands(Protocol):
 
 
 @runtime_checkable
+class OneReceiver(Protocol):
+    """A channel only one process may receive from (a bot's long poll: Telegram answers a second
+    getUpdates with 409 Conflict; an iLink cursor is one reader's). `receive_lock` names what is
+    polled, so processes sharing a database elect one receiver per bot."""
+
+    receive_lock: str
+
+
+@runtime_checkable
 class ReportsHealth(Protocol):
     """A channel that can tell whether it is still receiving (its poll loop alive, its login valid).
 

@@ -159,6 +159,9 @@ class StoreConfig(_Section):
     # "" = DuckDB at <data_dir>/memgate.duckdb; or duckdb:///abs/path.duckdb, or
     # postgresql://user@host:port/db (password from MEMGATE_STORE_PASSWORD or PGPASSWORD only).
     url: str = ""
+    # Several processes on one PostgreSQL: how often a standby checks whether the receiver of a
+    # bot died, and adopts the conversations dead processes left.
+    takeover_seconds: float = Field(1.0, gt=0, le=60)
 
     @field_validator("url")
     @classmethod

@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from bot.channel import Channel, ReportsHealth
+from bot.channel import Channel, OneReceiver, ReportsHealth
+from bot.cluster import Cluster
 from bot.access import Access, Allowed, Refused
 from bot.agent import Agent, TurnRequest, TurnResult
 from bot.commands import CommandContext, Commands
@@ -60,6 +61,9 @@ class GatewaySettings:
     # Finished inbox/outbox receipts are kept this long (they recognise late redeliveries), then pruned.
     keep_receipts_days: float = 7.0
     prune_every: float = 3600.0
+    # On a shared database: how often a standby checks whether a receiver died (and adopts what
+    # dead processes left). A dead process's locks go at once; this is the takeover delay.
+    takeover_every: float = 1.0
 
 
 @dataclass
@@ -74,7 +78,7 @@ class Gateway:
                  clock: Callable[[], datetime], settings: GatewaySettings | None = None,
                  inbox: Inbox | None = None, outbox_settings: OutboxSettings | None = None,
                  wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 observer: TurnObserver | None = None) -> None:
+                 observer: TurnObserver | None = None, cluster: Cluster | None = None) -> None:
         self.access = access
         self.observer = observer or NoObserver()
         self.sessions = sessions
@@ -84,9 +88,12 @@ class Gateway:
         self.settings = settings or GatewaySettings()
         self.channels: dict[str, Channel] = {}
         store = sessions.store
-        self.inbox = inbox or Inbox(store, clock=clock)
+        self.cluster = cluster or (inbox.cluster if inbox is not None else Cluster(store, clock=clock))
+        self.cluster.receiving = set()
+        self.inbox = inbox or Inbox(store, clock=clock, cluster=self.cluster)
         # Retries are due in real time, whatever clock the tests move.
-        self.outbox = Outbox(store, self.channels, clock=wall_clock, settings=outbox_settings, observer=self.observer)
+        self.outbox = Outbox(store, self.channels, clock=wall_clock, settings=outbox_settings, observer=self.observer,
+                             cluster=self.cluster)
         self._queues: dict[str, deque[_Item]] = {}
         self._workers: dict[str, asyncio.Task] = {}
         # Conversations whose messages wait for the store to be writable again, in order.
@@ -94,6 +101,7 @@ class Gateway:
         self._told_storage_down: set[str] = set()
         self._retry_task: asyncio.Task | None = None
         self._prune_task: asyncio.Task | None = None
+        self._standby_task: asyncio.Task | None = None
         self._running = False
         self._closing = False
         self.on_turn: Callable[[TurnResult], None] | None = None  # metrics hook (bench, /stats)
@@ -102,17 +110,62 @@ class Gateway:
         self.channels[channel.name] = channel
 
     async def start(self) -> None:
-        """Queue what a previous run accepted but did not answer, start the channels, then answer."""
-        for entry in await asyncio.to_thread(self.inbox.pending):
-            self._queues.setdefault(entry.message.conversation_key, deque()).append(_Item(entry))
+        """Start the channels (a one-receiver channel only where this process is its receiver),
+        queue what a previous run, or a dead process, accepted but did not answer, then answer."""
+        await asyncio.to_thread(self.cluster.join)
+        standing_by = []
         for ch in self.channels.values():
-            await ch.start(self.inbound)
+            if isinstance(ch, OneReceiver) and not await asyncio.to_thread(self.cluster.lead, ch.receive_lock):
+                log.info("%s: another process receives it; standing by to take over", ch.name)
+                standing_by.append(ch)
+                continue
+            self.cluster.receiving.add(ch.name)
+        await self._adopt()
+        for ch in self.channels.values():
+            if ch.name in self.cluster.receiving:
+                await ch.start(self.inbound)
         self._running = True
         await self.outbox.start()
         for key in list(self._queues):
             self._spawn(key)
         self._retry_task = asyncio.create_task(self._retry_parked(), name="gateway-storage-retry")
         self._prune_task = asyncio.create_task(self._prune_receipts(), name="gateway-prune-receipts")
+        if self.cluster.shared:
+            self._standby_task = asyncio.create_task(self._stand_by(standing_by), name="gateway-standby")
+
+    async def _adopt(self) -> None:
+        """Queue the pending messages of the conversations this process takes over (all of them
+        at the start of a single process; a dead process's on a shared database)."""
+        keys = await asyncio.to_thread(self.cluster.adopt, sorted(self.cluster.receiving))
+        if not keys:
+            return
+        if self.cluster.shared:
+            log.info("took over %d conversation(s) with pending work from processes no longer running", len(keys))
+        for entry in await asyncio.to_thread(self.inbox.pending, keys):
+            queue = self._queues.setdefault(entry.message.conversation_key, deque())
+            if all(item.entry.seq != entry.seq for item in queue) and entry.message.conversation_key not in self._workers:
+                queue.append(_Item(entry))
+        if self._running:
+            for key in keys:
+                self._spawn(key)
+        self.outbox.wake()
+
+    async def _stand_by(self, waiting: list[Channel]) -> None:
+        """On a shared database: take over a one-receiver channel when its receiver dies, and
+        adopt the conversations dead processes left (checked every `takeover_every` seconds)."""
+        while True:
+            await asyncio.sleep(self.settings.takeover_every)
+            try:
+                for ch in list(waiting):
+                    if await asyncio.to_thread(self.cluster.lead, ch.receive_lock):
+                        log.info("%s: its receiver stopped; this process receives it now", ch.name)
+                        self.cluster.receiving.add(ch.name)
+                        await self._adopt()  # before polling: a redelivered update finds its row adopted
+                        await ch.start(self.inbound)
+                        waiting.remove(ch)
+                await self._adopt()
+            except Exception:
+                log.exception("taking over from a stopped process failed; retrying")
 
     async def stop(self, timeout: float = 60.0) -> None:
         """Stop receiving, answer what is already queued (bounded by `timeout`), stop channels."""
@@ -125,7 +178,7 @@ class Gateway:
                 except Exception:
                     log.exception("channel %s did not stop receiving cleanly", ch.name)
         self._closing = True
-        for task in (self._retry_task, self._prune_task):
+        for task in (self._retry_task, self._prune_task, self._standby_task):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

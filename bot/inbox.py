@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from bot.cluster import CLUSTER_MIGRATIONS, Cluster
 from bot.message import Kind, Media, Message
 from memory.store.connection import Conn, Migration, Store
+from memory.store.dialect import dialect_of
 from memory.store.rows import utc_naive
 from memory.text import redact
 
@@ -51,11 +53,20 @@ INBOX_MIGRATIONS: tuple[Migration, ...] = (
         CREATE UNIQUE INDEX inbox_platform ON inbox(channel, platform_key);
         """,
     ),
+    *CLUSTER_MIGRATIONS,  # who answers which conversation when several processes share the database
 )
 
 
 # What a finished message keeps: its fields without the words, sender name or attachments.
-_RECEIPT = """json_merge_patch(message, '{"text": "", "sender_name": "", "media": []}')"""
+_RECEIPT_PATCH = '{"text": "", "sender_name": "", "media": []}'
+
+
+def _receipt(con: Conn) -> str:
+    return dialect_of(con).json_patch("message", _RECEIPT_PATCH)
+
+
+# The inbox's writers, serialised apart from memory's (see PgStore.write).
+INBOX_WRITES = "memgate.inbox"
 
 
 class InboxStatus(StrEnum):
@@ -108,9 +119,10 @@ def message_from_json(text: str) -> Message:
 class Inbox:
     """Rows of the `inbox` table. Blocking calls; the gateway runs them off the event loop."""
 
-    def __init__(self, store: Store, *, clock: Callable[[], datetime]) -> None:
+    def __init__(self, store: Store, *, clock: Callable[[], datetime], cluster: Cluster | None = None) -> None:
         self.store = store
         self.clock = clock
+        self.cluster = cluster or Cluster(store, clock=clock)
 
     def accept(self, msg: Message) -> InboxEntry | None:
         """Record a message (one transaction); None when this message was recorded before."""
@@ -125,23 +137,29 @@ class Inbox:
             con.execute("INSERT INTO inbox (seq, channel, platform_key, conversation_key, message, status, received_at) "
                         "VALUES (?, ?, ?, ?, ?, 'pending', ?)",
                         [seq, msg.channel, key, msg.conversation_key, message_to_json(msg), now])
+            self.cluster.own(con, msg.conversation_key)  # this process answers it
             return InboxEntry(seq, msg)
 
-        return self.store.write(write)
+        return self.store.write(write, serial=INBOX_WRITES)
 
-    def pending(self) -> list[InboxEntry]:
-        """Accepted but not yet replied to, oldest first (what a restart must answer)."""
+    def pending(self, conversations: Sequence[str] | None = None) -> list[InboxEntry]:
+        """Accepted but not yet replied to, oldest first (what a restart, or the adopter of a dead
+        process's conversations, must answer); only of `conversations` when given."""
+        if conversations is not None and not conversations:
+            return []
+        where, params = ("", []) if conversations is None else (
+            " AND conversation_key IN (SELECT unnest(?::VARCHAR[]))", [list(conversations)])
         rows = self.store.read(lambda c: c.execute(
-            "SELECT seq, message FROM inbox WHERE status = 'pending' ORDER BY seq").fetchall())
+            f"SELECT seq, message FROM inbox WHERE status = 'pending'{where} ORDER BY seq", params).fetchall())
         return [InboxEntry(seq, message_from_json(text)) for seq, text in rows]
 
     def close(self, seq: int, note: str) -> None:
         """Nothing more will be sent for this message (refused silently, failed, undeliverable)."""
         now = utc_naive(self.clock())
         self.store.write(lambda c: c.execute(
-            f"UPDATE inbox SET status = 'closed', note = ?, done_at = ?, message = {_RECEIPT} "
+            f"UPDATE inbox SET status = 'closed', note = ?, done_at = ?, message = {_receipt(c)} "
             "WHERE seq = ? AND status IN ('pending', 'replied')",
-            [note, now, seq]))
+            [note, now, seq]), serial=INBOX_WRITES)
 
     @staticmethod
     def mark(con: Conn, seq: int, status: InboxStatus, now: datetime, note: str | None = None) -> None:
@@ -151,14 +169,14 @@ class Inbox:
         will be sent), so the row keeps only its receipt.
         """
         done = now if status in (InboxStatus.ANSWERED, InboxStatus.CLOSED) else None
-        con.execute(f"UPDATE inbox SET status = ?, note = coalesce(?, note), done_at = ?, message = {_RECEIPT} WHERE seq = ?",
+        con.execute(f"UPDATE inbox SET status = ?, note = coalesce(?, note), done_at = ?, message = {_receipt(con)} WHERE seq = ?",
                     [status.value, note, done, seq])
 
     def prune(self, older_than: datetime) -> int:
         """Drop receipts finished before `older_than` (no platform redelivers that late)."""
         cutoff = utc_naive(older_than)
         return len(self.store.write(lambda c: c.execute(
-            "DELETE FROM inbox WHERE status IN ('answered', 'closed') AND done_at < ? RETURNING seq", [cutoff]).fetchall()))
+            "DELETE FROM inbox WHERE status IN ('answered', 'closed') AND done_at < ? RETURNING seq", [cutoff]).fetchall(), serial=INBOX_WRITES))
 
     def counts(self) -> dict[str, int]:
         """Messages per status (for /metrics and the reliability bench)."""

@@ -29,10 +29,12 @@ from datetime import datetime, timedelta
 
 from bot.channel import Channel
 from bot.errors import ChannelError, StoreWriteError
+from bot.cluster import Cluster
 from bot.inbox import Inbox, InboxStatus
 from bot.message import Document, Image, Reply
 from bot.observe import NoObserver, TurnObserver
 from memory.store.connection import Conn, Migration, Store
+from memory.store.dialect import dialect_of
 from memory.store.rows import utc_naive
 from memory.text import redact
 
@@ -104,7 +106,11 @@ def backoff(attempts: int, base: float, cap: float, retry_after: float | None = 
 
 
 # What a finished part keeps: the addressing, without words or attachments.
-_RECEIPT = """json_merge_patch(reply, '{"text": "", "document": null, "image": null, "extra": {}}')"""
+_RECEIPT_PATCH = '{"text": "", "document": null, "image": null, "extra": {}}'
+
+
+def _receipt(con: Conn) -> str:
+    return dialect_of(con).json_patch("reply", _RECEIPT_PATCH)
 
 
 def redact_reply(reply: Reply, known: Sequence[str] = ()) -> Reply:
@@ -135,14 +141,19 @@ def reply_from_json(text: str) -> Reply:
 
 
 FORGOTTEN = "[forgotten]"
+# The outbox's writers, serialised apart from memory's (see PgStore.write); a reply put marks
+# its inbox message in the same transaction (row locks keep the two serials apart safely).
+OUTBOX_WRITES = "memgate.outbox"
 
 
 class Outbox:
     """Writes replies durably and delivers them, in order, with retries."""
 
     def __init__(self, store: Store, channels: Mapping[str, Channel], *, clock: Callable[[], datetime],
-                 settings: OutboxSettings | None = None, observer: TurnObserver | None = None) -> None:
+                 settings: OutboxSettings | None = None, observer: TurnObserver | None = None,
+                 cluster: Cluster | None = None) -> None:
         self.store = store
+        self.cluster = cluster or Cluster(store, clock=clock)
         self.observer = observer or NoObserver()
         self.channels = channels
         self.clock = clock
@@ -182,8 +193,9 @@ class Outbox:
                  for i, p in enumerate(parts)])
             if inbox_seq is not None:
                 Inbox.mark(con, inbox_seq, InboxStatus.REPLIED, now)
+            self.cluster.own_if_free(con, conversation_key, reply.channel)
 
-        self.store.write(write)
+        self.store.write(write, serial=OUTBOX_WRITES)
 
     async def aput(self, conversation_key: str, reply: Reply, inbox_seq: int | None,
                    known_secrets: Sequence[str] = ()) -> None:
@@ -216,7 +228,7 @@ class Outbox:
         """Drop receipts of parts finished before `older_than`."""
         cutoff = utc_naive(older_than)
         return len(self.store.write(lambda c: c.execute(
-            "DELETE FROM outbox WHERE status IN ('sent', 'failed') AND done_at < ? RETURNING seq", [cutoff]).fetchall()))
+            "DELETE FROM outbox WHERE status IN ('sent', 'failed') AND done_at < ? RETURNING seq", [cutoff]).fetchall(), serial=OUTBOX_WRITES))
 
     # --- delivering --------------------------------------------------------------------------
     async def start(self) -> None:
@@ -250,9 +262,10 @@ class Outbox:
 
     def _due_conversations(self) -> list[str]:
         now = utc_naive(self.clock())
+        mine, params = self.cluster.mine_sql()  # another live process delivers its own conversations
         rows = self.store.read(lambda c: c.execute(
-            """SELECT conversation_key FROM outbox WHERE status = 'pending'
-               GROUP BY conversation_key HAVING min(next_attempt_at) <= ? ORDER BY min(seq)""", [now]).fetchall())
+            f"""SELECT conversation_key FROM outbox WHERE status = 'pending' AND {mine}
+               GROUP BY conversation_key HAVING min(next_attempt_at) <= ? ORDER BY min(seq)""", [*params, now]).fetchall())
         return [r[0] for r in rows]
 
     async def flush(self, conversation_key: str) -> None:
@@ -308,7 +321,7 @@ class Outbox:
 
     def _sent(self, seq: int, now: datetime) -> None:
         def write(con: Conn) -> None:
-            con.execute(f"UPDATE outbox SET status = 'sent', attempts = attempts + 1, done_at = ?, reply = {_RECEIPT} "
+            con.execute(f"UPDATE outbox SET status = 'sent', attempts = attempts + 1, done_at = ?, reply = {_receipt(con)} "
                         "WHERE seq = ?", [now, seq])
             # The message is answered once no part of any of its replies is still pending.
             row = con.execute("SELECT inbox_seq FROM outbox WHERE seq = ?", [seq]).fetchone()
@@ -318,7 +331,7 @@ class Outbox:
                 if not left:
                     Inbox.mark(con, row[0], InboxStatus.ANSWERED, now)
 
-        self.store.write(write)
+        self.store.write(write, serial=OUTBOX_WRITES)
 
     def _record_unrecorded(self) -> None:
         for seq, at in list(self._unrecorded.items()):
@@ -343,12 +356,12 @@ class Outbox:
             def close(con: Conn) -> None:
                 # The rest of this reply goes with it: later parts make no sense without this one.
                 con.execute("UPDATE outbox SET status = 'failed', attempts = attempts + (seq = ?)::INT, last_error = ?, "
-                            f"done_at = ?, reply = {_RECEIPT} WHERE reply_id = ? AND status = 'pending'",
+                            f"done_at = ?, reply = {_receipt(con)} WHERE reply_id = ? AND status = 'pending'",
                             [part.seq, error, now, part.reply_id])
                 if part.inbox_seq is not None:
                     Inbox.mark(con, part.inbox_seq, InboxStatus.CLOSED, now, note=f"undeliverable: {error}")
 
-            self.store.write(close)
+            self.store.write(close, serial=OUTBOX_WRITES)
             return
         delay = backoff(attempts, self.settings.retry_base, self.settings.retry_cap, exc.retry_after)
         self.stats.retried += 1
@@ -356,7 +369,7 @@ class Outbox:
                     part.reply_id, part.channel, error, attempts, delay)
         self.store.write(lambda c: c.execute(
             "UPDATE outbox SET attempts = ?, next_attempt_at = ?, last_error = ? WHERE seq = ?",
-            [attempts, now + timedelta(seconds=delay), error, part.seq]))
+            [attempts, now + timedelta(seconds=delay), error, part.seq]), serial=OUTBOX_WRITES)
 
     def counts(self) -> dict[str, int]:
         """Parts per status."""

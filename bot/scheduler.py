@@ -24,6 +24,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.errors import ConfigError, StoreError
+from memory.store.locks import LockSpace, lock_key
 from memory.store.rows import utc_naive
 from memory.store.connection import Conn, Migration, Store
 from bot.job_views import JobStatus, format_duration, format_interval, format_jobs  # noqa: F401 (re-exported)
@@ -179,7 +180,14 @@ class Scheduler:
 
     # --- running -----------------------------------------------------------------------------
     async def run_now(self, name: str) -> bool:
-        """Run a job now in the caller's task; False when it is already running (no overlap)."""
+        """Run a job now in the caller's task; False when it is already running (no overlap),
+        in this process or, on a shared database, in another one."""
+        return await self._run(name, only_if_due=False)
+
+    async def _fire(self, name: str) -> None:
+        await self._run(name, only_if_due=True)
+
+    async def _run(self, name: str, *, only_if_due: bool) -> bool:
         spec = self._specs.get(name)
         if spec is None:
             raise KeyError(f"no job named {name!r}")
@@ -189,21 +197,39 @@ class Scheduler:
         task = asyncio.current_task()
         assert task is not None
         self._running[name] = task
-        started = utc_naive(self._clock())
-        t0 = time.perf_counter()
-        error: str | None = None
+        # Every process on a shared database schedules every job; the one holding the job's lock
+        # runs it, and a fire that finds it run (by another process) since it was due skips it.
+        # One DuckDB process: APScheduler's timer and the guard above are the whole story.
+        shared = self.store.backend != "duckdb"
+        key = lock_key(f"job:{name}")
         try:
-            await spec.func()
-        except Exception as exc:  # a job's failure is recorded, never fatal to the scheduler
-            error = f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS]
-            log.exception("job %s failed", name)
+            if shared:
+                if not await asyncio.to_thread(self.store.locks.try_hold, LockSpace.JOB, key):
+                    log.info("job %s is running in another process; not starting it here", name)
+                    return False
+                stored = (await self.store.aread(_load_states)).get(name)
+                if stored is not None:
+                    self._states[name] = stored
+                last = self._states[name].last_run
+                # A tenth of the interval of slack: each process's timer drifts from the others'.
+                if only_if_due and last is not None and utc_naive(self._clock()) < last + spec.interval * 0.9:
+                    log.debug("job %s already ran at %s; not due here yet", name, last)
+                    return False
+            started = utc_naive(self._clock())
+            t0 = time.perf_counter()
+            error: str | None = None
+            try:
+                await spec.func()
+            except Exception as exc:  # a job's failure is recorded, never fatal to the scheduler
+                error = f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS]
+                log.exception("job %s failed", name)
+            self._running.pop(name, None)
+            await self._record(name, started, time.perf_counter() - t0, error)
+            return True
         finally:
             self._running.pop(name, None)
-        await self._record(name, started, time.perf_counter() - t0, error)
-        return True
-
-    async def _fire(self, name: str) -> None:
-        await self.run_now(name)
+            if shared:
+                await asyncio.to_thread(self.store.locks.release, LockSpace.JOB, key)
 
     async def _record(self, name: str, started: datetime, duration: float, error: str | None) -> None:
         s = self._states[name]

@@ -11,6 +11,7 @@ the gateway. The command menu the composition root hands over is registered at s
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import dataclasses
 import logging
 import re
@@ -104,6 +105,11 @@ class TelegramAdapter:
         self._sending: set[asyncio.Task[Any]] = set()
         self._redact = _RedactToken(token)
         self._menu: tuple[MenuCommand, ...] = ()
+
+    @property
+    def receive_lock(self) -> str:
+        """What only one process may poll: this bot's getUpdates (named by a digest of its token)."""
+        return f"telegram:{hashlib.sha256(self._token.encode()).hexdigest()[:16]}"
 
     @property
     def bot_username(self) -> str | None:

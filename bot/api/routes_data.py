@@ -17,6 +17,7 @@ from bot.api.errors import ApiError
 from bot.api.jobs import finish_job, start_job
 from bot.api.params import opt_int, opt_time
 from memory.insight import graph
+from memory.store.dialect import dialect_of
 from memory.store.pulse import pulse
 from memory.store.rows import new_id, utc_naive
 
@@ -213,12 +214,12 @@ async def usage(request: web.Request) -> web.Response:
         await host.flush_usage()
     rows = await engine.store.aread(lambda c: c.execute(
         """SELECT date_trunc('day', called_at), purpose, model, count(*), sum(prompt_tokens), sum(completion_tokens)
-           FROM llm_usage_space WHERE space_id = ? AND called_at >= ? AND called_at < ? GROUP BY ALL ORDER BY 1, 2""",
+           FROM llm_usage_space WHERE space_id = ? AND called_at >= ? AND called_at < ? GROUP BY 1, 2, 3 ORDER BY 1, 2""",
         [space, utc_naive(since), utc_naive(until)]).fetchall())
     # Per turn, the memory block the auto-recall injected (its tokens count against every reply).
     turns = await engine.store.aread(lambda c: c.execute(
-        """SELECT date_trunc('day', called_at), count(*), sum(injected_tokens), avg(injected_tokens),
-                  max(injected_tokens), quantile_cont(injected_tokens, 0.95)
+        f"""SELECT date_trunc('day', called_at), count(*), sum(injected_tokens), avg(injected_tokens),
+                  max(injected_tokens), {dialect_of(c).quantile("injected_tokens", 0.95)}
            FROM turn_usage WHERE space_id = ? AND called_at >= ? AND called_at < ? GROUP BY 1 ORDER BY 1""",
         [space, utc_naive(since), utc_naive(until)]).fetchall())
     return web.json_response({"scope": "space", "usage": [

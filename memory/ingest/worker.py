@@ -192,13 +192,37 @@ class IngestWorker:
             claiming = asyncio.Lock()
             done = 0
 
+            shared = self.store.backend != "duckdb"
+
             async def claim() -> list[tuple]:
                 async with claiming:
-                    now = utc_naive(self._clock())
-                    rows = await self.store.aread(lambda c: next_space_turns(c, now, held, self.settings.per_space))
+                    elsewhere: set[str] = set()  # spaces another process is ingesting
+                    while True:
+                        now = utc_naive(self._clock())
+                        rows = await self.store.aread(
+                            lambda c: next_space_turns(c, now, held | elsewhere, self.settings.per_space))
+                        if not rows or not shared:
+                            break
+                        # Several processes on one database: a space is ingested by the holder of
+                        # its lock (gone with a dead process), and read again once held, so what
+                        # another process finished before letting go is not ingested twice.
+                        space = rows[0][1]
+                        if not await asyncio.to_thread(self.store.locks.try_hold, LockSpace.INGEST, lock_key(space)):
+                            elsewhere.add(space)
+                            continue
+                        rows = await self.store.aread(
+                            lambda c: next_space_turns(c, now, held | elsewhere, self.settings.per_space))
+                        if rows and rows[0][1] == space:
+                            break
+                        await asyncio.to_thread(self.store.locks.release, LockSpace.INGEST, lock_key(space))
                     if rows:
                         held.add(rows[0][1])
                     return rows
+
+            async def release(space: str) -> None:
+                held.discard(space)
+                if shared:
+                    await asyncio.to_thread(self.store.locks.release, LockSpace.INGEST, lock_key(space))
 
             async def slot() -> None:
                 nonlocal done
@@ -217,7 +241,7 @@ class IngestWorker:
                             else:
                                 await self._process_batch(batch)
                     finally:
-                        held.discard(rows[0][1])
+                        await release(rows[0][1])
                         self._signal_change()
                     done += len(rows)
 

@@ -25,6 +25,7 @@ import duckdb
 
 from memory.errors import StoreError, StoreLockedError, StoreWriteError
 from memory.store.dialect import DUCKDB
+from memory.store.locks import LocalLocks
 from memory.store.schema import MEMORY_MIGRATIONS, Migration
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ class Store:
             _ddl_marker(self.path).unlink(missing_ok=True)  # opened: any earlier change is settled
         self._lock = threading.RLock()
         self._closed = False
+        self.locks = LocalLocks()
         self._migrate(tuple(MEMORY_MIGRATIONS) + tuple(extra_migrations))
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -156,8 +158,11 @@ class Store:
                 marker.unlink(missing_ok=True)
 
     # --- access ----------------------------------------------------------------------------
-    def write(self, fn: Callable[[Conn], T]) -> T:
+    def write(self, fn: Callable[[Conn], T], *, serial: str | None = None) -> T:
         """Run `fn` on the writer connection inside one transaction (rolled back on error).
+
+        `serial` names a group of writers PostgreSQL serialises apart from memory's; DuckDB has
+        one writer connection, so every write is one group here.
 
         Raises StoreWriteError when the disk refuses the write (full, I/O error): the database
         stays usable and the same write may succeed once there is room again.
@@ -191,7 +196,7 @@ class Store:
         finally:
             cur.close()
 
-    async def awrite(self, fn: Callable[[Conn], T]) -> T:
+    async def awrite(self, fn: Callable[[Conn], T], *, serial: str | None = None) -> T:
         return await asyncio.to_thread(self.write, fn)
 
     async def aread(self, fn: Callable[[Conn], T]) -> T:

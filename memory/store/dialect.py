@@ -64,6 +64,20 @@ class Dialect:
         """A DOUBLE rounded to 9 decimals (PostgreSQL rounds only numerics to a scale)."""
         return f"round(({expr})::numeric, 9)::float8" if self.postgres else f"round({expr}, 9)"
 
+    def quantile(self, expr: str, q: float) -> str:
+        """The continuous `q`-quantile aggregate of `expr`."""
+        if self.postgres:
+            return f"percentile_cont({float(q)}) WITHIN GROUP (ORDER BY {expr})"
+        return f"quantile_cont({expr}, {float(q)})"
+
+    def json_patch(self, col: str, patch: str) -> str:
+        """A JSON text column with the top-level keys of the literal `patch` replaced (DuckDB's
+        json_merge_patch; PostgreSQL's jsonb `||`, which keeps a null where merge-patch drops the
+        key: both read back as "absent")."""
+        if self.postgres:
+            return f"({col}::jsonb || '{patch}'::jsonb)::text"
+        return f"json_merge_patch({col}, '{patch}')"
+
     def tags_from_json(self, col: str) -> str:
         """A JSON list of strings (one text per row, so ragged lists bind as one array) as VARCHAR[]."""
         if self.postgres:

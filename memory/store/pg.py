@@ -30,6 +30,7 @@ from psycopg_pool import ConnectionPool
 
 from memory.errors import StoreError, StoreWriteError
 from memory.store.dialect import POSTGRES, Dialect
+from memory.store.locks import lock_key
 from memory.store.placeholders import to_pyformat
 from memory.store.schema import MEMORY_MIGRATIONS, Migration
 
@@ -37,7 +38,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 TEXT_ARRAY_OID = 1009
 POOL_MAX = 8
-WRITE_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext('memgate.write'))"
+MEMORY_WRITES = "memgate.write"
+WRITE_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext(%s))"
 
 
 class _ListDumper(ListDumper):
@@ -133,6 +135,65 @@ def _first_line(exc: BaseException) -> str:
     return (lines[-1] if lines[0].startswith("connection") else lines[0])[:300]
 
 
+class PgLocks:
+    """Session-level advisory locks on a connection of their own (see memory/store/locks.py).
+
+    Lock spaces are mixed with the database and schema, so stores of different schemas on one
+    server (tests, or two bots) never see each other's locks.
+    """
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any]) -> None:
+        self._conninfo = conninfo
+        self._kwargs = kwargs
+        self._conn: psycopg.Connection | None = None
+        self._mine: set[tuple[int, int]] = set()
+        self._mutex = threading.Lock()
+        self._base = 0
+
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10, **self._kwargs)
+            where = self._conn.execute("SELECT current_database() || '/' || current_schema()").fetchone()[0]
+            self._base = lock_key(where)
+            self._mine.clear()  # a new session holds nothing
+        return self._conn
+
+    def _space(self, space: int) -> int:
+        return (self._base ^ (int(space) * 0x9E3779B1)) & 0x7FFFFFFF
+
+    def try_hold(self, space: int, key: int) -> bool:
+        with self._mutex:
+            conn = self._connection()
+            if (int(space), key) in self._mine:
+                return True
+            got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", [self._space(space), key]).fetchone()[0]
+            if got:
+                self._mine.add((int(space), key))
+            return bool(got)
+
+    def release(self, space: int, key: int) -> None:
+        with self._mutex:
+            if (int(space), key) in self._mine and self._conn is not None and not self._conn.closed:
+                self._conn.execute("SELECT pg_advisory_unlock(%s, %s)", [self._space(space), key])
+            self._mine.discard((int(space), key))
+
+    def held(self, space: int) -> set[int]:
+        """Keys of `space` held by any live session (this process's included)."""
+        with self._mutex:
+            conn = self._connection()
+            rows = conn.execute(
+                "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted "
+                "AND classid = %s::bigint::oid AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                [self._space(space)]).fetchall()
+            return {int(r[0]) for r in rows}
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._conn is not None:
+                self._conn.close()
+            self._mine.clear()
+
+
 class PgStore:
     """The memory database on PostgreSQL (see the module docstring)."""
 
@@ -157,7 +218,10 @@ class PgStore:
             self._pool.close()
             raise StoreError(f"cannot connect to the PostgreSQL store {conninfo}: {_first_line(exc)}") from None
         self._lock = threading.RLock()
+        self._serials: dict[str, threading.RLock] = {MEMORY_WRITES: self._lock}
+        self._serials_mutex = threading.Lock()
         self._closed = False
+        self.locks = PgLocks(conninfo, kwargs)
         self._migrate(tuple(MEMORY_MIGRATIONS) + tuple(extra_migrations))
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -165,6 +229,7 @@ class PgStore:
         with self._lock:
             if not self._closed:
                 self._closed = True
+                self.locks.close()
                 self._pool.close()
 
     def __enter__(self) -> PgStore:
@@ -179,17 +244,23 @@ class PgStore:
         yield
 
     # --- access ----------------------------------------------------------------------------
-    def write(self, fn: Callable[[PgConn], T]) -> T:
+    def write(self, fn: Callable[[PgConn], T], *, serial: str = MEMORY_WRITES) -> T:
         """Run `fn` in one transaction (rolled back on error).
 
-        Writers take one transaction-scoped advisory lock, in every process: commits happen in
-        the order `memory_seq` values were drawn, so a cache that has seen seq N has seen every
-        row below it (the watermark caches rely on that, as they do on DuckDB's single writer).
+        Writers of one `serial` take one transaction-scoped advisory lock, in every process.
+        Memory's writers share the default: commits happen in the order `memory_seq` values
+        were drawn, so a cache that has seen seq N has seen every row below it (the watermark
+        caches rely on that, as they do on DuckDB's single writer). Delivery bookkeeping (the
+        inbox, the outbox) has serials of its own, so recording that a reply went out never
+        waits behind an ingest write: the shorter that wait, the smaller the window in which a
+        crash leaves a sent reply unrecorded.
         """
-        with self._lock:
+        with self._serials_mutex:
+            local = self._serials.setdefault(serial, threading.RLock())
+        with local:
             try:
                 with self._pool.connection() as conn, conn.transaction():
-                    conn.execute(WRITE_LOCK_SQL)
+                    conn.execute(WRITE_LOCK_SQL, [serial])
                     con = PgConn(conn)
                     try:
                         return fn(con)
@@ -208,8 +279,8 @@ class PgStore:
             finally:
                 con.close()
 
-    async def awrite(self, fn: Callable[[PgConn], T]) -> T:
-        return await asyncio.to_thread(self.write, fn)
+    async def awrite(self, fn: Callable[[PgConn], T], *, serial: str = MEMORY_WRITES) -> T:
+        return await asyncio.to_thread(self.write, fn, serial=serial)
 
     async def aread(self, fn: Callable[[PgConn], T]) -> T:
         return await asyncio.to_thread(self.read, fn)

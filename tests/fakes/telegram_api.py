@@ -152,6 +152,10 @@ class FakeTelegram:
         self._network_failures = 0
         self._blocked: set[int] = set()
         self.sent: list[dict[str, Any]] = []
+        # Like Telegram: a getUpdates while another one is open fails with 409 Conflict (two
+        # processes polling one bot); counted so a test can assert there was only ever one poller.
+        self._poller: tuple[asyncio.Task, web.Request] | None = None
+        self.conflicts = 0
         self.actions: list[dict[str, Any]] = []
         self.edits: list[dict[str, Any]] = []
         self.commands: list[dict[str, Any]] = []
@@ -422,6 +426,8 @@ class FakeTelegram:
         if isinstance(chat_id, str) and not chat_id.startswith("@"):
             return _error(400, "Bad Request: chat not found")
         try:
+            if handler == self._get_updates:
+                return await self._get_updates(params, request)
             return await handler(params)
         finally:
             self._notify()
@@ -477,13 +483,38 @@ class FakeTelegram:
     async def _get_my_commands(self, params: dict[str, Any]) -> web.Response:
         return _ok(self.commands)
 
-    async def _get_updates(self, params: dict[str, Any]) -> web.Response:
+    async def _get_updates(self, params: dict[str, Any], request: web.Request | None = None) -> web.Response:
         offset = int(params.get("offset") or 0)
         limit = max(1, min(100, int(params.get("limit") or 100)))
         timeout = float(params.get("timeout") or 0)
         if "allowed_updates" in params and params["allowed_updates"] is not None:
             # Telegram remembers the last list; an empty list means "all but a few".
             self._allowed_updates = list(params["allowed_updates"])
+        # Telegram serves the newest getUpdates and ends an open earlier one with 409 Conflict.
+        # Counted as a conflict when that earlier request still had a live client (two pollers);
+        # one whose client is gone (killed, or gave up on it) is just dropped.
+        previous = self._poller
+        if previous is not None and not previous[0].done():
+            previous[0].cancel()
+        me = asyncio.current_task()
+        assert me is not None and request is not None
+        self._poller = (me, request)
+        try:
+            return await self._poll(offset, limit, timeout)
+        except asyncio.CancelledError:
+            if self._poller is not None and self._poller[0] is not me:
+                transport = request.transport
+                if transport is not None and not transport.is_closing():
+                    self.conflicts += 1
+                    return _error(409, "Conflict: terminated by other getUpdates request; "
+                                       "make sure that only one bot instance is running")
+                return _error(499, "client gone")
+            raise
+        finally:
+            if self._poller is not None and self._poller[0] is me:
+                self._poller = None
+
+    async def _poll(self, offset: int, limit: int, timeout: float) -> web.Response:
         if offset > self._confirmed:
             self._confirmed = offset
             self._updates = [u for u in self._updates if u["update_id"] >= offset]

@@ -94,6 +94,8 @@ class WechatIlinkAdapter:
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
         self.name = name
+        # One reader of the bot's message cursor (its state lives in data_dir, shared by the processes).
+        self.receive_lock = f"wechat-ilink:{name}"
         self.data_dir = Path(data_dir)
         self.stats: dict[str, int] = {"received": 0, "sent": 0, "send_failed": 0, "poll_errors": 0, "expired": 0}
         self._base_override = base_url.rstrip("/") if base_url else None

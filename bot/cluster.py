@@ -1,0 +1,156 @@
+"""This process among the gateway processes that share one database.
+
+Several `memgate run` processes may serve one bot from one PostgreSQL (DuckDB: always one). They
+coordinate through the store's process locks (memory/store/locks.py), which end with the
+process that holds them, so a process killed at any point hands its work on with no lease to
+wait out:
+
+- every process joins under a worker number and holds the WORKER lock of that number while
+  it lives; `alive()` is the set of numbers whose lock is held;
+- each conversation has an owner (`conversation_owners`): the process that answers its inbox
+  and delivers its outbox. Accepting a message makes the accepting process the owner; a
+  process adopts the conversations with pending work whose owner is dead (or that have none)
+  on the channels it receives, and answers them as a restart would;
+- a channel only one process may receive from (a Telegram bot's getUpdates, an iLink bot's
+  cursor) is received by the holder of its LEADER lock; the others stand by and take over
+  when it dies (`lead()` is retried by the gateway).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from memory.store.backend import MemoryStore
+from memory.store.connection import Conn, Migration
+from memory.store.locks import LockSpace, lock_key
+from memory.store.rows import utc_naive
+
+CLUSTER_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        501,
+        "workers and conversation owners",
+        """
+        CREATE TABLE workers (
+            n BIGINT PRIMARY KEY,               -- the worker number its WORKER lock is held under
+            pid BIGINT NOT NULL,
+            host VARCHAR NOT NULL,
+            started_at TIMESTAMP NOT NULL
+        );
+        CREATE TABLE conversation_owners (
+            conversation_key VARCHAR PRIMARY KEY,
+            worker BIGINT NOT NULL              -- workers.n of the process answering it
+        );
+        """,
+    ),
+)
+
+# Conversations with pending work on the channels whose owner is dead or missing. (Checked, then
+# upserted, in one write: DuckDB allows no subquery in an upsert's DO UPDATE WHERE.)
+_ORPHANS = """
+    SELECT w.conversation_key FROM (
+        SELECT conversation_key FROM inbox WHERE status = 'pending' AND channel IN (SELECT unnest(?::VARCHAR[]))
+        UNION
+        SELECT conversation_key FROM outbox WHERE status = 'pending' AND channel IN (SELECT unnest(?::VARCHAR[]))) w
+    LEFT JOIN conversation_owners o ON o.conversation_key = w.conversation_key
+    WHERE o.worker IS NULL OR o.worker NOT IN (SELECT unnest(?::BIGINT[]))
+"""
+_OWN = """
+    INSERT INTO conversation_owners (conversation_key, worker) SELECT k, ? FROM (SELECT unnest(?::VARCHAR[]) AS k)
+    ON CONFLICT (conversation_key) DO UPDATE SET worker = excluded.worker
+"""
+
+
+class Cluster:
+    """This process's worker number, who else is alive, leadership and conversation ownership."""
+
+    def __init__(self, store: MemoryStore, *, clock: Callable[[], datetime]) -> None:
+        self.store = store
+        self.clock = clock
+        self.worker: int | None = None
+        # The channels this process receives now (the gateway keeps it); None: all of them (a
+        # process without a gateway, e.g. a test or a CLI command).
+        self.receiving: set[str] | None = None
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes can share this database (PostgreSQL) at all."""
+        return self.store.backend != "duckdb"
+
+    def join(self) -> int:
+        """Take a worker number (the smallest not alive) and hold its lock."""
+        if self.worker is not None:
+            return self.worker
+        while True:
+            alive = self.store.locks.held(LockSpace.WORKER)
+            n = next(i for i in range(1, len(alive) + 2) if i not in alive)
+            if self.store.locks.try_hold(LockSpace.WORKER, n):
+                break  # another process starting at the same moment took n: try the next free one
+        now = utc_naive(self.clock())
+        self.store.write(lambda c: c.execute(
+            "INSERT INTO workers (n, pid, host, started_at) VALUES (?, ?, ?, ?) ON CONFLICT (n) DO UPDATE "
+            "SET pid = excluded.pid, host = excluded.host, started_at = excluded.started_at",
+            [n, os.getpid(), socket.gethostname(), now]))
+        self.worker = n
+        return n
+
+    def leave(self) -> None:
+        if self.worker is not None:
+            self.store.locks.release(LockSpace.WORKER, self.worker)
+            self.worker = None
+
+    def alive(self) -> set[int]:
+        return self.store.locks.held(LockSpace.WORKER)
+
+    # --- receiving -----------------------------------------------------------------------------
+    def lead(self, name: str) -> bool:
+        """Become (or stay) the one receiver of `name`; False while another process is."""
+        return self.store.locks.try_hold(LockSpace.LEADER, lock_key(f"receive:{name}"))
+
+    def resign(self, name: str) -> None:
+        self.store.locks.release(LockSpace.LEADER, lock_key(f"receive:{name}"))
+
+    # --- ownership -----------------------------------------------------------------------------
+    def adopt(self, channels: Sequence[str]) -> list[str]:
+        """Make this process the owner of every conversation with pending work on `channels`
+        whose owner is dead or missing; the conversation keys adopted."""
+        me = self.join()
+        if not channels:
+            return []
+        if not self.shared:  # one process: everything pending is this process's
+            return self.store.read(lambda c: sorted({r[0] for r in c.execute(
+                _ORPHANS, [list(channels), list(channels), []]).fetchall()}))
+        alive = sorted(self.alive() | {me})
+
+        def write(con: Conn) -> list[str]:
+            keys = sorted({r[0] for r in con.execute(_ORPHANS, [list(channels), list(channels), alive]).fetchall()})
+            if keys:
+                con.execute(_OWN, [me, keys])
+            return keys
+
+        return self.store.write(write)
+
+    def own(self, con: Conn, conversation_key: str) -> None:
+        """Inside a write: this process owns the conversation from now on (it accepted a message of it)."""
+        if not self.shared:
+            return
+        con.execute(_OWN, [self.join(), [conversation_key]])
+
+    def own_if_free(self, con: Conn, conversation_key: str, channel: str) -> None:
+        """Inside a write: own the conversation unless a live process does (a reply queued by a
+        process that did not receive the conversation is delivered by its owner); left unowned
+        when this process does not receive `channel` (its receiver adopts it)."""
+        if not self.shared or (self.receiving is not None and channel not in self.receiving):
+            return
+        me = self.join()
+        row = con.execute("SELECT worker FROM conversation_owners WHERE conversation_key = ?", [conversation_key]).fetchone()
+        if row is None or row[0] not in self.alive() | {me}:
+            con.execute(_OWN, [me, [conversation_key]])
+
+    def mine_sql(self) -> tuple[str, list]:
+        """A condition on `conversation_key` (and its parameters): conversations this process owns."""
+        if not self.shared:
+            return "TRUE", []
+        return "conversation_key IN (SELECT conversation_key FROM conversation_owners WHERE worker = ?)", [self.join()]

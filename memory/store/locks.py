@@ -1,0 +1,51 @@
+"""Named locks that live exactly as long as the process holding them: what several gateway
+processes on one database coordinate with (one poller per bot, a job run once, who is alive).
+
+On PostgreSQL they are session-level advisory locks on one connection kept for the purpose:
+the server drops them the moment that connection ends, so a process killed with SIGKILL (its
+socket closed by the kernel) gives its locks up at once, with no lease to expire and no clock to
+trust. `held(space)` reads `pg_locks`, which is how a process tells which others are alive.
+On DuckDB one process owns the file, so the locks are that process's own bookkeeping.
+
+A lock is (space, key): `space` groups locks of one kind (LockSpace), `key` is a number in it
+(a worker's number, or `lock_key(name)` for a named lock).
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from enum import IntEnum
+
+
+class LockSpace(IntEnum):
+    WORKER = 1   # held by each running process under its worker number: "alive"
+    LEADER = 2   # one holder per name: the process that polls a bot's updates
+    JOB = 3      # one holder per scheduler job while it runs
+    INGEST = 4   # one holder per space while a batch of its turns is ingested
+
+
+def lock_key(name: str) -> int:
+    """A stable non-negative 31-bit number for a name (advisory lock keys are int4)."""
+    return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
+
+
+class LocalLocks:
+    """The DuckDB store's locks: only this process can hold any (it owns the file)."""
+
+    def __init__(self) -> None:
+        self._held: set[tuple[int, int]] = set()
+        self._mutex = threading.Lock()
+
+    def try_hold(self, space: int, key: int) -> bool:
+        with self._mutex:
+            self._held.add((int(space), key))
+            return True
+
+    def release(self, space: int, key: int) -> None:
+        with self._mutex:
+            self._held.discard((int(space), key))
+
+    def held(self, space: int) -> set[int]:
+        with self._mutex:
+            return {k for s, k in self._held if s == int(space)}
