@@ -184,8 +184,8 @@ class Scheduler:
         in this process or, on a shared database, in another one."""
         return await self._run(name, only_if_due=False)
 
-    async def _fire(self, name: str) -> None:
-        await self._run(name, only_if_due=True)
+    async def _fire(self, name: str) -> bool:
+        return await self._run(name, only_if_due=True)
 
     async def _run(self, name: str, *, only_if_due: bool) -> bool:
         spec = self._specs.get(name)

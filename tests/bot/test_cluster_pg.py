@@ -1,0 +1,124 @@
+"""Processes sharing one PostgreSQL: the locks that end with their process, worker numbers, one
+receiver per bot, conversation adoption, and a scheduler job run once whichever process fires it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from bot.cluster import Cluster
+from bot.inbox import INBOX_MIGRATIONS
+from bot.outbox import OUTBOX_MIGRATIONS
+from bot.scheduler import SCHEDULER_MIGRATIONS, JobSpec, Scheduler
+from memory.store.backend import open_store
+from memory.store.locks import LockSpace, lock_key
+
+pytestmark = pytest.mark.postgres
+MIGRATIONS = (*INBOX_MIGRATIONS, *OUTBOX_MIGRATIONS, *SCHEDULER_MIGRATIONS)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _store(url):
+    return open_store(url, 384, extra_migrations=MIGRATIONS)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def test_a_lock_has_one_holder_and_is_free_the_moment_its_process_is_killed(pg_url):
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from memory.store.backend import open_store
+        from memory.store.locks import LockSpace
+        s = open_store({pg_url!r}, 384)
+        assert s.locks.try_hold(LockSpace.LEADER, 7)
+        print("held", flush=True)
+        time.sleep(600)
+    """)], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with _store(pg_url) as other:
+            assert not other.locks.try_hold(LockSpace.LEADER, 7)
+            assert 7 in other.locks.held(LockSpace.LEADER)
+            holder.send_signal(signal.SIGKILL)
+            holder.wait()
+            # The server ends the killed process's session as soon as its socket closes.
+            for _ in range(200):
+                if other.locks.try_hold(LockSpace.LEADER, 7):
+                    break
+                time.sleep(0.05)
+            else:
+                raise AssertionError("the lock of a killed process was never freed")
+            assert other.locks.held(LockSpace.LEADER) == {7}
+    finally:
+        holder.kill()
+
+
+def test_locks_of_one_schema_are_not_seen_from_another(postgres):
+    (s1, url1), (s2, url2) = postgres.fresh_schema(), postgres.fresh_schema()
+    try:
+        with _store(url1) as a, _store(url2) as b:
+            assert a.locks.try_hold(LockSpace.WORKER, 1)
+            assert b.locks.held(LockSpace.WORKER) == set()
+            assert b.locks.try_hold(LockSpace.WORKER, 1)
+    finally:
+        postgres.drop_schema(s1)
+        postgres.drop_schema(s2)
+
+
+def test_workers_get_distinct_numbers_and_adopt_only_the_dead_ones_conversations(pg_url):
+    with _store(pg_url) as sa, _store(pg_url) as sb, _store(pg_url) as sc:
+        a, b, c = (Cluster(s, clock=_now) for s in (sa, sb, sc))
+        assert len({a.join(), b.join(), c.join()}) == 3
+        sa.write(lambda con: con.execute(
+            "INSERT INTO inbox (seq, channel, platform_key, conversation_key, message, status, received_at) VALUES "
+            "(1, 'telegram', 'k1', 'telegram:1', '{}', 'pending', now()), "
+            "(2, 'telegram', 'k2', 'telegram:2', '{}', 'pending', now())"))
+        sa.write(lambda con: a.own(con, "telegram:1"))
+        sb.write(lambda con: b.own(con, "telegram:2"))
+        assert c.adopt(["telegram"]) == []  # both owners alive
+        sa.locks.close()  # a's process gone: its session, and so its worker lock, ends
+        assert c.adopt(["telegram"]) == ["telegram:1"]
+        assert c.adopt(["telegram"]) == []  # adopted once
+        assert b.adopt(["wechat"]) == []  # only conversations of channels the adopter receives
+
+
+def test_one_receiver_per_bot_and_the_standby_takes_over(pg_url):
+    with _store(pg_url) as sa, _store(pg_url) as sb:
+        a, b = Cluster(sa, clock=_now), Cluster(sb, clock=_now)
+        assert a.lead("telegram:abc") and not b.lead("telegram:abc")
+        assert b.lead("telegram:other")  # another bot has a receiver of its own
+        a.resign("telegram:abc")
+        assert b.lead("telegram:abc")
+
+
+async def test_a_job_fired_in_two_processes_runs_once(pg_url):
+    runs: list[str] = []
+    gate = asyncio.Event()
+
+    def job(who: str):
+        async def run() -> None:
+            runs.append(who)
+            await gate.wait()
+        return run
+
+    with _store(pg_url) as sa, _store(pg_url) as sb:
+        first = Scheduler(sa, clock=_now, jobs=[JobSpec("digest", job("a"), timedelta(hours=1))])
+        second = Scheduler(sb, clock=_now, jobs=[JobSpec("digest", job("b"), timedelta(hours=1))])
+        running = asyncio.create_task(first._fire("digest"))
+        while not runs:
+            await asyncio.sleep(0.01)
+        assert await second.run_now("digest") is False  # running in the other process
+        gate.set()
+        assert await running is True
+        assert await second._fire("digest") is False  # its timer fires just after: already run, not due
+        assert runs == ["a"]
