@@ -290,6 +290,8 @@ def cmd_migrate(settings: Settings, args) -> int:
     seen: dict[str, int] = {}
 
     def progress(table: str, done: int, total: int) -> None:
+        if not total:
+            return  # an empty table: no bar
         if table not in bars:
             for b in bars.values():
                 b.__exit__()
