@@ -80,8 +80,8 @@ def recent_jobs(con: Conn, limit: int = 50) -> list[dict]:
 
 
 def start_job(con: Conn, job_id: str, space_id: str, kind: str, now: datetime) -> None:
-    con.execute("INSERT INTO api_jobs VALUES (?, ?, ?, 'queued', [], NULL, ?, ?)",
-                [job_id, space_id, kind, utc_naive(now), utc_naive(now)])
+    con.execute("INSERT INTO api_jobs VALUES (?, ?, ?, 'queued', ?, NULL, ?, ?)",
+                [job_id, space_id, kind, [], utc_naive(now), utc_naive(now)])
 
 
 def finish_job(con: Conn, job_id: str, status: JobStatus, memory_ids: list[str], error: str | None,

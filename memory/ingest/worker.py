@@ -36,6 +36,7 @@ from memory.llm import LLM, charged_to
 from memory.store.rows import NewMemory, insert_memories, new_id, utc_naive
 from memory.ingest.raw import TITLE_CHARS, RawMessage, embed_text, index_text, raw_rows
 from memory.store.connection import Conn, Store
+from memory.store.locks import LockSpace, lock_key
 from memory.tasks.boundary import TaskGist, gist_for, next_gist, store_verdicts, wants_verdict
 from memory.tasks.rules import ChunkInfo, Turn
 from memory.text import content_hash, estimate_tokens, normalize, redact, trim

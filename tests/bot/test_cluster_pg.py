@@ -19,7 +19,7 @@ from bot.inbox import INBOX_MIGRATIONS
 from bot.outbox import OUTBOX_MIGRATIONS
 from bot.scheduler import SCHEDULER_MIGRATIONS, JobSpec, Scheduler
 from memory.store.backend import open_store
-from memory.store.locks import LockSpace, lock_key
+from memory.store.locks import LockSpace
 
 pytestmark = pytest.mark.postgres
 MIGRATIONS = (*INBOX_MIGRATIONS, *OUTBOX_MIGRATIONS, *SCHEDULER_MIGRATIONS)

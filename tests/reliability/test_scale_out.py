@@ -32,11 +32,11 @@ def _answers(tg: FakeTelegram, sent: list[dict]) -> dict[str, int]:
 
 
 class RepliesQuiet:
-    """True once the replies sent and the reply requests asked have not changed for 0.5 s
-    (every send in flight has landed; the turns after them wait on the held LLM)."""
+    """True once every reply Telegram took is recorded as sent, and the replies sent and the
+    reply requests asked have not changed for 0.5 s (the turns after them wait on the held LLM)."""
 
-    def __init__(self, tg: FakeTelegram, llm: FakeLLM) -> None:
-        self.tg, self.llm = tg, llm
+    def __init__(self, tg: FakeTelegram, llm: FakeLLM, url: str) -> None:
+        self.tg, self.llm, self.url = tg, llm, url
         self.seen: tuple[int, int] | None = None
         self.since = 0.0
 
@@ -46,7 +46,9 @@ class RepliesQuiet:
         if seen != self.seen:
             self.seen, self.since = seen, now
             return False
-        return now - self.since >= 0.5
+        if now - self.since < 0.5:
+            return False
+        return _rows(self.url, "SELECT count(*) FROM outbox WHERE status = 'sent'")[0][0] == seen[0]
 
 
 def _rows(url: str, sql: str) -> list[tuple]:
@@ -92,7 +94,7 @@ async def two_processes_one_killed(tmp: Path, url: str) -> tuple[Counts, dict[st
             # send Telegram took and its record (that window, a few ms, is the one no Bot API
             # call can close: see docs/scale-out.md).
             hold[0] = True
-            await until(RepliesQuiet(tg, llm), "the first process mid-turn on every busy chat", proc=first)
+            await until(RepliesQuiet(tg, llm, url), "the first process mid-turn on every busy chat", proc=first)
             answered_before = sum(1 for n in _answers(tg, sent).values() if n)
             polls_before = tg.calls.count("getUpdates")
             await kill(first)
@@ -101,12 +103,18 @@ async def two_processes_one_killed(tmp: Path, url: str) -> tuple[Counts, dict[st
             await until(lambda: tg.calls.count("getUpdates") > polls_before, "the standby polling", proc=second)
             takeover_s = time.monotonic() - killed_at
             await settle(lambda: all(_answers(tg, sent).values()), timeout=300, proc=second)
+            # And every captured turn turned into memory by the surviving process (a space the
+            # dead one was ingesting is free the moment it died).
+            await settle(lambda: _rows(url, "SELECT count(*) FROM ingest_queue WHERE status = 'done'")[0][0]
+                         >= CHATS * ROUNDS, timeout=300, proc=second)
         finally:
             await kill(first)
             if second is not None:
                 await terminate(second)
         counts = tally(name, texts, _answers(tg, sent), stored_user_texts(url), note=f"killed after {answered_before} answered")
-        return counts, {"conflicts": tg.conflicts, "takeover_s": takeover_s, "answered_before_kill": answered_before}
+        ingested = dict(_rows(url, "SELECT status, count(*) FROM ingest_queue GROUP BY status"))
+        twice = _rows(url, "SELECT turn_id, text FROM memories WHERE kind = 'chunk' GROUP BY turn_id, text HAVING count(*) > 1")
+        return counts, {"ingested": ingested, "chunks_twice": len(twice), "conflicts": tg.conflicts, "takeover_s": takeover_s, "answered_before_kill": answered_before}
 
 
 async def test_two_processes_on_postgres_lose_nothing_when_the_poller_dies(tmp_path: Path, pg_url: str) -> None:
@@ -114,4 +122,5 @@ async def test_two_processes_on_postgres_lose_nothing_when_the_poller_dies(tmp_p
     assert counts.messages_in == CHATS * ROUNDS
     assert 0 < seen["answered_before_kill"] < CHATS * ROUNDS  # killed midway
     assert seen["conflicts"] == 0  # never two pollers at once
+    assert seen["ingested"] == {"done": CHATS * ROUNDS} and seen["chunks_twice"] == 0
     assert_safe(counts)

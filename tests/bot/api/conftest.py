@@ -1,5 +1,6 @@
-"""A real gateway App with its API on a free loopback port, a real DuckDB file and the real
-embedder; tests talk HTTP to it with aiohttp's client."""
+"""A real gateway App with its API on a free loopback port, a real store (a DuckDB file, or a
+PostgreSQL schema: every test using `api` runs on both) and the real embedder; tests talk HTTP
+to it with aiohttp's client."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from bot.app import App, build_app
 from bot.api.keys import Keys
-from bot.config import ApiConfig, Settings
+from bot.config import ApiConfig, Settings, StoreConfig
 
 
 @dataclass
@@ -32,13 +33,21 @@ class Api:
             return resp.status, body, resp.headers.copy()
 
 
-def api_settings(tmp_path, **api) -> Settings:
-    return Settings(data_dir=str(tmp_path / "data"), api=ApiConfig(port=0, **api))
+def api_settings(tmp_path, store_url: str = "", **api) -> Settings:
+    return Settings(data_dir=str(tmp_path / "data"), api=ApiConfig(port=0, **api), store=StoreConfig(url=store_url))
+
+
+@pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
+def api_store_url(request) -> str:
+    """The API suites run on both backends: "" (the DuckDB file) or a fresh PostgreSQL schema."""
+    if request.param == "duckdb":
+        return ""
+    return request.getfixturevalue("pg_url")
 
 
 @pytest.fixture
-async def api(tmp_path, embedder):
-    app = build_app(api_settings(tmp_path), embedder=embedder, serve_api=True)
+async def api(tmp_path, embedder, api_store_url):
+    app = build_app(api_settings(tmp_path, api_store_url), embedder=embedder, serve_api=True)
     async with app:
         async with aiohttp.ClientSession(base_url=app.extras["api"].url) as http:
             yield Api(app, http, app.extras["api"].keys)

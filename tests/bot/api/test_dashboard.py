@@ -11,7 +11,6 @@ CI (CI=true), so a missing install step cannot pass unnoticed.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest

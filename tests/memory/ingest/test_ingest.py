@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -13,7 +12,6 @@ import pytest
 from memory.ingest.capture import CapturedTurn, TurnMessage, capture
 from memory.engine import MemoryEngine
 from memory.ingest.worker import IngestSettings
-from tests.fakes.llm_server import FakeError
 
 
 def turn_answer(facts=(), titles=None, dedup=()):

@@ -23,7 +23,7 @@ from memory import prompts
 from memory.engine import MemoryEngine
 from memory.ingest.capture import CapturedTurn, TurnMessage, capture
 from memory.ingest.facts import ExtractedFact
-from memory.ingest.worker import IngestSettings, batches
+from memory.ingest.worker import batches
 from memory.store.connection import Store
 from tests.fakes.llm_server import Delay, FakeError
 

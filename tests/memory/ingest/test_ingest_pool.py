@@ -12,7 +12,6 @@ import json
 import re
 from datetime import timedelta
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -3,7 +3,6 @@ the environment), every bad URL one StoreError line."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
