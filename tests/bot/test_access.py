@@ -17,14 +17,19 @@ from bot.access import (
 )
 from bot.errors import MemgateError
 from bot.linking import LINKING_MIGRATIONS
+from memory.store.backend import open_store
 from memory.store.connection import Store
 from tests.fakes.clock import FakeClock
 from tests.fakes.people import code_of, dm, group, let_in, make
 
 
-@pytest.fixture
-def astore(tmp_path):
-    s = Store(tmp_path / "access.duckdb", 384, extra_migrations=ACCESS_MIGRATIONS)
+@pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
+def astore(request, tmp_path):
+    """The access suite runs on both backends: a DuckDB file, or a fresh PostgreSQL schema."""
+    if request.param == "duckdb":
+        s = Store(tmp_path / "access.duckdb", 384, extra_migrations=ACCESS_MIGRATIONS)
+    else:
+        s = open_store(request.getfixturevalue("pg_url"), 384, extra_migrations=ACCESS_MIGRATIONS)
     yield s
     s.close()
 
