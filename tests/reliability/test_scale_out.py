@@ -119,6 +119,7 @@ async def two_processes_one_killed(tmp: Path, url: str) -> tuple[Counts, dict[st
 
 async def test_two_processes_on_postgres_lose_nothing_when_the_poller_dies(tmp_path: Path, pg_url: str) -> None:
     counts, seen = await two_processes_one_killed(tmp_path, pg_url)
+    print(counts, seen)  # the figures (pytest -s shows them)
     assert counts.messages_in == CHATS * ROUNDS
     assert 0 < seen["answered_before_kill"] < CHATS * ROUNDS  # killed midway
     assert seen["conflicts"] == 0  # never two pollers at once
