@@ -4,6 +4,8 @@ server reached through the real litellm, and a movable clock."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -15,6 +17,37 @@ from memory.llm import LiteLLM, LLMSettings
 from memory.store.connection import Store
 from tests.fakes.clock import FakeClock
 from tests.fakes.llm_server import FakeLLM
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """Give every test run its own temp root (unless --basetemp names one).
+
+    pytest's default root, /tmp/pytest-of-USER, is shared by every run of the same user and keeps
+    only the newest three: a second run beside this one (another checkout, a CI job) deleted this
+    run's folders, the session's PostgreSQL data among them. xdist workers get their folders under
+    the controller's root."""
+    if config.option.basetemp or hasattr(config, "workerinput"):
+        return
+    root = tempfile.mkdtemp(prefix="memgate-tests-")
+    config.option.basetemp = root
+    config.stash[_OWN_ROOT] = root
+
+
+def pytest_unconfigure(config):
+    """Remove this run's own temp root when every test passed (kept for a look after a failure)."""
+    root = config.stash.get(_OWN_ROOT, None)
+    if root and getattr(config, "_memgate_exitstatus", 1) == 0:
+        shutil.rmtree(root, ignore_errors=True)
+    elif root:
+        print(f"\ntest temp folders kept in {root}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config._memgate_exitstatus = int(exitstatus)
+
+
+_OWN_ROOT = pytest.StashKey[str]()
 
 
 @pytest.fixture(scope="session")
