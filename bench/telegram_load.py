@@ -36,7 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from aiohttp import web  # noqa: E402
 
 from adapters.telegram.adapter import TelegramAdapter  # noqa: E402
-from bot.agent import TurnResult  # noqa: E402
+from bot.turn.agent import TurnResult  # noqa: E402
 from bot.app import build_app  # noqa: E402
 from bot.config import load_settings  # noqa: E402
 from memory.ingest.capture import pending_count  # noqa: E402

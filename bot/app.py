@@ -16,19 +16,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bot.channel import Channel, HasLocalCommands, ReportsTrouble, ShowsCommandMenu
-from bot.access import ACCESS_MIGRATIONS, Access
-from bot.agent import Agent, AgentSettings
-from bot.commands import Commands
+from bot.access.policy import ACCESS_MIGRATIONS, Access
+from bot.turn.agent import Agent, AgentSettings
+from bot.turn.commands import Commands
 from bot.config import Settings
-from bot.gateway import Gateway, GatewaySettings
-from bot.linking import LINKING_MIGRATIONS, Linking
+from bot.turn.gateway import Gateway, GatewaySettings
+from bot.access.linking import LINKING_MIGRATIONS, Linking
 from bot.model_servers import down_hint, shown_address
-from bot.pairing import Pairing
-from bot.inbox import INBOX_MIGRATIONS
-from bot.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
-from bot.sessions import SESSION_MIGRATIONS, Sessions
-from bot.task_wiring import TaskHost, wire_tasks
-from bot.tools import ToolBox
+from bot.access.pairing import Pairing
+from bot.delivery.inbox import INBOX_MIGRATIONS
+from bot.delivery.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
+from bot.turn.sessions import SESSION_MIGRATIONS, Sessions
+from bot.turn.task_wiring import TaskHost, wire_tasks
+from bot.turn.tools import ToolBox
 from bot.usage import USAGE_MIGRATIONS, UsageRecorder
 from bot.observe import Observers
 from memory.embed import Embedder, LiteLLMEmbedder, LocalE5Embedder
@@ -69,7 +69,7 @@ def open_store(settings: Settings, extra: Sequence = ()) -> Store:
     """The database `[store] url` names, with every layer's migrations (a locked DuckDB file
     raises StoreLockedError)."""
     from bot.api.jobs import JOB_MIGRATIONS
-    from bot.api.keys import KEY_MIGRATIONS
+    from bot.access.api_keys import KEY_MIGRATIONS
     from bot.scheduler import SCHEDULER_MIGRATIONS
 
     settings.data_path.mkdir(parents=True, exist_ok=True)
@@ -235,7 +235,7 @@ def _wire_api(app: App, embedder: Embedder) -> None:
     """The HTTP API (issue 11) on the gateway's loop, sharing its engine, access and store."""
     from bot.api.context import ApiHost
     from bot.api.jobs import queue_depth_and_age
-    from bot.api.keys import Keys
+    from bot.access.api_keys import Keys
     from bot.api.metrics import Metrics
     from bot.api.server import ApiServer, ServerSettings, create_app
     from memory.tasks.skill_library import SkillLibrary

@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from bot.api.key_views import ApiKey, ApiKeyError, Scope, format_keys, parse_duration  # noqa: F401 (re-exported)
+from bot.access.api_key_views import ApiKey, ApiKeyError, Scope, format_keys, parse_duration  # noqa: F401 (re-exported)
 from memory.store.connection import Conn, Store
 from memory.store.rows import new_id, utc_naive
 from memory.store.schema import Migration

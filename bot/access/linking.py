@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from datetime import timedelta
 
-from bot.access import Access, AccessError, Identity, Role, normalize_code
+from bot.access.policy import Access, AccessError, Identity, Role, normalize_code
 from bot.message import Message
 from memory.store.connection import Conn, Migration
 

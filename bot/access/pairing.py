@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from bot.access import CONSOLE_CHANNEL, Access, AccessError, Identity, Refused, Role, normalize_code
+from bot.access.policy import CONSOLE_CHANNEL, Access, AccessError, Identity, Refused, Role, normalize_code
 from bot.message import Message
 from memory.store.connection import Conn
 

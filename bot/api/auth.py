@@ -15,7 +15,7 @@ from aiohttp import web
 
 from bot.api.context import API_KEY, KEYS, LIMITER, SESSIONS
 from bot.api.errors import ApiError
-from bot.api.keys import Scope
+from bot.access.api_keys import Scope
 from bot.api.ratelimit import retry_after_header
 from bot.api.sessions import COOKIE, CSRF_HEADER, csrf_ok
 

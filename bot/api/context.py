@@ -9,9 +9,9 @@ from datetime import datetime
 
 from aiohttp import web
 
-from bot.access import Access
-from bot.pairing import Pairing
-from bot.api.keys import ApiKey, Keys
+from bot.access.policy import Access
+from bot.access.pairing import Pairing
+from bot.access.api_keys import ApiKey, Keys
 from bot.api.metrics import Metrics
 from bot.api.ratelimit import RateLimiter
 from bot.api.sessions import Sessions

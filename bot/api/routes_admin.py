@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from bot.access import AccessError, Identity, Role
+from bot.access.policy import AccessError, Identity, Role
 from bot.api.context import ENGINE, HOST
 from bot.api.errors import ApiError
 from bot.api.jobs import recent_jobs
 from bot.api.params import body_json, opt_int, page
 from bot.api.routes_memories import memory_json
-from bot.pairing import APPROVED_TEXT
+from bot.access.pairing import APPROVED_TEXT
 from memory.store.browse import MemoryFilter, bump_versions, list_page
 
 routes = web.RouteTableDef()

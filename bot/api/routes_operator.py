@@ -17,11 +17,11 @@ from aiohttp import web
 from bot.api.context import CLOCK, ENGINE, HOST, IMPORTS, KEYS
 from bot.api.errors import ApiError
 from bot.api.jobs import ADMIN_SPACE, admin_job, finish_job, save_result, start_job
-from bot.api.keys import ApiKeyError
+from bot.access.api_keys import ApiKeyError
 from bot.api.params import body_json, opt_int
 from bot.errors import ConfigError
-from bot.operator import job_json, key_json, line_json, user_space
-from bot.operator_local import (
+from bot.operator.protocol import job_json, key_json, line_json, user_space
+from bot.operator.local import (
     chosen_spaces,
     export_lines,
     import_file,

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from bot.api.context import KEYS, SESSIONS
 from bot.api.errors import ApiError
-from bot.api.keys import ApiKey
+from bot.access.api_keys import ApiKey
 from bot.api.params import body_json
 from bot.api.sessions import COOKIE, CSRF_HEADER, Session, csrf_ok
 

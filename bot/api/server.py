@@ -24,11 +24,11 @@ from bot.api.auth import auth_middleware
 from bot.api.context import (CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, METRICS, SESSIONS,
                              ApiHost)
 from bot.api.errors import error_middleware
-from bot.api.keys import Keys
+from bot.access.api_keys import Keys
 from bot.api.metrics import Metrics
 from bot.api.ratelimit import RateLimiter
 from bot.api.sessions import Sessions
-from bot.gateway_client import ADDRESS_FILE, TOKEN_FILE
+from bot.operator.gateway_client import ADDRESS_FILE, TOKEN_FILE
 from memory.engine import MemoryEngine
 
 log = logging.getLogger(__name__)

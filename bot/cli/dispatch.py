@@ -166,16 +166,16 @@ def _operator(settings: Settings):
 
     Only the second imports the database, the embedding model and litellm: talking to a running
     gateway stays light (bot.operator imports none of them)."""
-    from bot.gateway_client import find_gateway
-    from bot.operator import RemoteOperator
+    from bot.operator.gateway_client import find_gateway
+    from bot.operator.protocol import RemoteOperator
 
     client = find_gateway(settings.data_path)
     if client is not None:
         yield RemoteOperator(client)
         return
-    from bot.api.keys import Keys
+    from bot.access.api_keys import Keys
     from bot.app import make_embedder
-    from bot.operator_local import LocalOperator
+    from bot.operator.local import LocalOperator
 
     app = _engine(settings)
     try:
@@ -448,7 +448,7 @@ def cmd_jobs(settings: Settings, args) -> int:
 
 def cmd_keys(settings: Settings, args) -> int:
     """API keys: create (printed once), list, revoke."""
-    from bot.api.key_views import format_keys, parse_duration
+    from bot.access.api_key_views import format_keys, parse_duration
 
     with _operator(settings) as op:
         if args.action == "list":
@@ -468,7 +468,7 @@ def cmd_keys(settings: Settings, args) -> int:
 
 def cmd_onboard(args) -> int:
     """The guided first run (bot/onboard.py): checks each answer, writes the config, says how to start."""
-    from bot.onboard import OnboardFlags, TerminalAsker, run_onboard
+    from bot.cli.onboarding import OnboardFlags, TerminalAsker, run_onboard
 
     flags = OnboardFlags(config=Path(args.config or os.environ.get("MEMGATE_CONFIG") or "~/.config/memgate/memgate.toml"),
                          data_dir=args.data_dir, llm_api_base=args.llm_api_base or "", llm_model=args.llm_model or "",
@@ -499,7 +499,7 @@ def cmd_onboard(args) -> int:
 
 def cmd_service(settings: Settings, args) -> int:
     """memgate as a systemd service (bot/service.py)."""
-    from bot import service
+    from bot.cli import systemd as service
 
     place = service.unit_place(args.user, args.unit_dir)
     if args.action == "install":
@@ -665,6 +665,3 @@ def _reader_gone() -> int:
         os.close(devnull)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -25,7 +25,7 @@ from pathlib import Path
 from bot.config import load_settings
 from bot.errors import ConfigError, MemgateError
 from bot.model_servers import KNOWN_SERVERS, OLLAMA, FoundServer, detect, down_hint, probe, shown_address
-from bot.setup_files import SetupChoices, write_setup
+from bot.cli.setup_files import SetupChoices, write_setup
 
 TELEGRAM_API = "https://api.telegram.org/bot"
 OWNER_WAIT_SECONDS = 120.0

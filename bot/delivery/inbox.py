@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from bot.cluster import CLUSTER_MIGRATIONS, Cluster
+from bot.delivery.cluster import CLUSTER_MIGRATIONS, Cluster
 from bot.message import Kind, Media, Message
 from memory.store.connection import Conn, Migration, Store
 from memory.store.dialect import dialect_of

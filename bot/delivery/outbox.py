@@ -29,8 +29,8 @@ from datetime import datetime, timedelta
 
 from bot.channel import Channel
 from bot.errors import ChannelError, StoreWriteError
-from bot.cluster import Cluster
-from bot.inbox import Inbox, InboxStatus
+from bot.delivery.cluster import Cluster
+from bot.delivery.inbox import Inbox, InboxStatus
 from bot.message import Document, Image, Reply
 from bot.observe import NoObserver, TurnObserver
 from memory.store.connection import Conn, Migration, Store

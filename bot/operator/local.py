@@ -12,12 +12,12 @@ import asyncio
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
-from bot.access import CONSOLE_CHANNEL, Access, Allowed
-from bot.api.keys import ApiKey, Keys
+from bot.access.policy import CONSOLE_CHANNEL, Access, Allowed
+from bot.access.api_keys import ApiKey, Keys
 from bot.errors import ConfigError
 from bot.message import Message
-from bot.operator import ImportSummary, MemoryLine, OnBad, PendingLine, Person, Progress, user_space
-from bot.pairing import Pairing
+from bot.operator.protocol import ImportSummary, MemoryLine, OnBad, PendingLine, Person, Progress, user_space
+from bot.access.pairing import Pairing
 from bot.scheduler import JobStatus, load_job_statuses
 from memory.embed import Embedder
 from memory.engine import MemoryEngine

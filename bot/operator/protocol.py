@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from bot.api.key_views import ApiKey
+from bot.access.api_key_views import ApiKey
 from bot.errors import ConfigError
-from bot.gateway_client import GatewayCallError, GatewayClient
+from bot.operator.gateway_client import GatewayCallError, GatewayClient
 from bot.job_views import JobStatus
 
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from bot.limits import RECALL_QUERY_CHARS, cap_message, cap_reply
+from bot.turn.limits import RECALL_QUERY_CHARS, cap_message, cap_reply
 from bot.observe import NoObserver, TurnObserver
-from bot.tools import ToolBox, ToolContext
+from bot.turn.tools import ToolBox, ToolContext
 from memory import prompts
 from memory.ingest.capture import CapturedTurn, TurnMessage
 from memory.engine import MemoryEngine

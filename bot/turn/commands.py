@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from bot.access import Access, Allowed, Role
+from bot.access.policy import Access, Allowed, Role
 from bot.channel import MenuCommand
-from bot.linking import Linking
-from bot.pairing import APPROVED_TEXT, Pairing
+from bot.access.linking import Linking
+from bot.access.pairing import APPROVED_TEXT, Pairing
 from bot.errors import MemgateError
 from bot.message import Document, Image, Message, Reply
-from bot.tools import ToolContext
+from bot.turn.tools import ToolContext
 from memory.ingest.capture import pending_count
 from memory.engine import MemoryEngine
 from memory.recall.block import humanize_age
@@ -247,7 +247,7 @@ class Commands:
 
     async def _pulse(self, ctx: CommandContext) -> str | Reply:
         """The space's Memory Pulse: a chart (where pictures show) and a text summary."""
-        from bot.pulse_view import parse_period, pulse_png, pulse_text, window
+        from bot.turn.views.pulse import parse_period, pulse_png, pulse_text, window
         from memory.store.pulse import pulse
 
         days = parse_period(ctx.args)

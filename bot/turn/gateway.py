@@ -22,17 +22,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from bot.channel import Channel, OneReceiver, ReportsHealth
-from bot.cluster import Cluster
-from bot.access import Access, Allowed, Refused
-from bot.agent import Agent, TurnRequest, TurnResult
-from bot.commands import CommandContext, Commands
+from bot.delivery.cluster import Cluster
+from bot.access.policy import Access, Allowed, Refused
+from bot.turn.agent import Agent, TurnRequest, TurnResult
+from bot.turn.commands import CommandContext, Commands
 from bot.errors import ChannelError, StoreWriteError
-from bot.inbox import Inbox, InboxEntry, platform_key
-from bot.outbox import Outbox, OutboxSettings
+from bot.delivery.inbox import Inbox, InboxEntry, platform_key
+from bot.delivery.outbox import Outbox, OutboxSettings
 from bot.message import Kind, Message, Reply
 from bot.observe import NoObserver, TurnObserver, TurnOutcome
-from bot.sessions import Sessions
-from bot.tools import ToolContext
+from bot.turn.sessions import Sessions
+from bot.turn.tools import ToolContext
 from memory.text import find_secrets
 
 log = logging.getLogger(__name__)

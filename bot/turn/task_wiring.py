@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.scheduler import JobSpec
-from bot.task_views import format_skill, format_skills, format_task, format_tasks
-from bot.tools import PUBLIC_WRITE_REFUSED, ToolBox, ToolContext, function_schema
+from bot.turn.views.tasks import format_skill, format_skills, format_task, format_tasks
+from bot.turn.tools import PUBLIC_WRITE_REFUSED, ToolBox, ToolContext, function_schema
 from memory.embed import Embedder
 from memory.tasks.skills import SkillEvolver
 from memory.tasks.processor import TaskProcessor
 
 if TYPE_CHECKING:
-    from bot.agent import Agent
-    from bot.commands import CommandContext, Commands
+    from bot.turn.agent import Agent
+    from bot.turn.commands import CommandContext, Commands
     from bot.config import SchedulerConfig
     from memory.engine import MemoryEngine
     from memory.llm import LLM

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.access import CODE_ALPHABET, Access, Allowed, Identity, Refused
+from bot.access.policy import CODE_ALPHABET, Access, Allowed, Identity, Refused
 from bot.config import AccessConfig
-from bot.linking import Linking
+from bot.access.linking import Linking
 from bot.message import Message
-from bot.pairing import Pairing
+from bot.access.pairing import Pairing
 from memory.store.connection import Store
 from tests.fakes.clock import FakeClock
 

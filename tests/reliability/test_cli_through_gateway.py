@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.bot.test_cli import env_for
-from tests.bot.test_cli_gateway import PAIRING_CODE, config, memgate, start_gateway, stranger_code
+from tests.bot.cli.test_cli import env_for
+from tests.bot.cli.test_cli_gateway import PAIRING_CODE, config, memgate, start_gateway, stranger_code
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
 from tests.reliability.harness import Counts, assert_safe, scenario

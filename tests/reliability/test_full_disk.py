@@ -19,7 +19,7 @@ import pytest
 from adapters.telegram.adapter import TelegramAdapter
 from bot.app import build_app
 from bot.config import load_settings
-from bot.gateway import STORAGE_DOWN_TEXT
+from bot.turn.gateway import STORAGE_DOWN_TEXT
 from tests.fakes import brain
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime, timedelta
 
-from bot.png import encode_rgb
+from bot.turn.views.png import encode_rgb
 from memory.store.pulse import Pulse
 
 PERIODS = {"7d": 7, "30d": 30}

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from adapters.telegram.adapter import TelegramAdapter
-from bot.access import CODE_ALPHABET
-from bot.pairing import APPROVED_TEXT
+from bot.access.policy import CODE_ALPHABET
+from bot.access.pairing import APPROVED_TEXT
 from bot.app import App, build_app
 from bot.config import load_settings
 from memory.text import MEMORY_CLOSE, MEMORY_OPEN
@@ -477,7 +477,7 @@ async def test_pulse_is_a_chart_on_telegram_and_text_on_the_console(running, clo
     import png
 
     from adapters.console import ConsoleAdapter
-    from bot.pulse_view import PALETTE
+    from bot.turn.views.pulse import PALETTE
 
     read_fd, write_fd = os.pipe()
     console_in, console_out = os.fdopen(read_fd, "r"), io.StringIO()

@@ -24,7 +24,7 @@ from adapters.wechat.ilink.state import CURSOR_FILE
 from adapters.wechat.mp.adapter import WechatMpAdapter
 from bot.app import App, build_app, open_store
 from bot.config import Settings, load_settings
-from bot.pairing import APPROVED_TEXT
+from bot.access.pairing import APPROVED_TEXT
 from memory.text import MEMORY_OPEN
 from tests.fakes import brain
 from tests.fakes.channel import RecordingChannel
@@ -289,7 +289,7 @@ async def test_ilink_reply_outside_the_window_is_told_to_the_owner_and_nothing_e
     # permanent: retrying cannot reopen the window).
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert any(r.name == "adapters.wechat.ilink.adapter" and "ret -2" in r.getMessage() for r in errors)
-    assert any(r.name == "bot.outbox" and "on wechat cannot be delivered" in r.getMessage() for r in errors)
+    assert any(r.name == "bot.delivery.outbox" and "on wechat cannot be delivered" in r.getMessage() for r in errors)
     # The words of the turn whose answer was lost are kept.
     assert any("green Brompton" in payload for (payload,) in captured)
     clean(ilink)

@@ -701,7 +701,7 @@ async def test_a_retried_part_of_a_long_reply_is_the_only_one_sent_again(api, tm
     """Found: an Official Account reply was one outbox unit, so when its third message met a
     transient refusal the outbox retried the whole reply and the person got the first parts
     twice. `split` makes each message its own unit: only the failed one is sent again."""
-    from bot.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
+    from bot.delivery.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
     from memory.store.connection import Store
 
     paragraphs = [f"第{i}段：" + "这是一段很长的中文回答内容" * 30 for i in range(6)]

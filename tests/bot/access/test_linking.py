@@ -8,10 +8,10 @@ import re
 import numpy as np
 import pytest
 
-from bot.access import ACCESS_MIGRATIONS, AccessError, Allowed
+from bot.access.policy import ACCESS_MIGRATIONS, AccessError, Allowed
 from bot.app import build_app
 from bot.config import load_settings
-from bot.linking import DM_ONLY_TEXT, LINKING_MIGRATIONS, LOCKED_TEXT
+from bot.access.linking import DM_ONLY_TEXT, LINKING_MIGRATIONS, LOCKED_TEXT
 from memory.store.connection import Store
 from memory.store.rows import NewMemory, insert_memories
 from tests.fakes.channel import RecordingChannel

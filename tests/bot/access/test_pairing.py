@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from bot.access import ACCESS_MIGRATIONS, AccessError, Allowed, Refused, Role
+from bot.access.policy import ACCESS_MIGRATIONS, AccessError, Allowed, Refused, Role
 from bot.app import build_app
 from bot.config import load_settings
-from bot.pairing import APPROVED_TEXT, CODES_PER_HOUR_TEXT, DENIED_TEXT
+from bot.access.pairing import APPROVED_TEXT, CODES_PER_HOUR_TEXT, DENIED_TEXT
 from memory.store.connection import Store
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.people import code_of, dm, let_in, make

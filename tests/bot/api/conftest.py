@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from bot.app import App, build_app
-from bot.api.keys import Keys
+from bot.access.api_keys import Keys
 from bot.config import ApiConfig, Settings, StoreConfig
 
 

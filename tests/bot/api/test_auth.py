@@ -8,7 +8,7 @@ from datetime import timedelta
 import aiohttp
 import pytest
 
-from bot.api.keys import ApiKeyError, Keys, parse_duration
+from bot.access.api_keys import ApiKeyError, Keys, parse_duration
 from bot.api.ratelimit import RateLimiter
 from bot.app import build_app
 from tests.bot.api.conftest import api_settings
@@ -50,7 +50,7 @@ async def test_only_hash_and_prefix_are_stored(api):
 
 
 async def test_expiry_follows_the_clock(tmp_path, store):
-    from bot.api.keys import KEY_MIGRATIONS
+    from bot.access.api_keys import KEY_MIGRATIONS
     from memory.store.connection import Store
 
     clock = FakeClock()

@@ -157,7 +157,7 @@ async def test_gateway_publishes_address_and_token_while_running(tmp_path, embed
                 assert r.status == 200
     assert not (settings.data_path / "api.json").exists() and not token_file.exists()
     # The token died with the gateway.
-    from bot.api.keys import Keys
+    from bot.access.api_keys import Keys
     from bot.app import open_store
 
     store = open_store(settings)

@@ -17,7 +17,7 @@ from bot.errors import ConfigError
 from memory.store.connection import Store
 from tests.fakes import brain
 
-ROOT = str(Path(__file__).resolve().parents[2])
+ROOT = str(Path(__file__).resolve().parents[3])
 
 
 def env_for(tmp_path, fake_llm=None, **extra) -> dict:

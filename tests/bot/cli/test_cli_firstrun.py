@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bot.cli import parser
-from bot.task_views import TaskView, format_tasks
+from bot.turn.views.tasks import TaskView, format_tasks
 
-ROOT = str(Path(__file__).resolve().parents[2])
+ROOT = str(Path(__file__).resolve().parents[3])
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -15,7 +15,7 @@ import sys
 import aiohttp
 import pytest
 
-from tests.bot.test_cli import ROOT, env_for
+from tests.bot.cli.test_cli import ROOT, env_for
 from tests.fakes.telegram_api import FakeTelegram
 
 PAIRING_CODE = re.compile(r"pairing code is ([A-Z0-9]+)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.bot.test_cli import ROOT, env_for
+from tests.bot.cli.test_cli import ROOT, env_for
 
 
 def memgate(env, *args: str) -> subprocess.CompletedProcess:

@@ -14,7 +14,7 @@ from bot.logs import log_file, setup_logging
 from bot.config import load_settings
 from tests.fakes import brain
 
-ROOT = str(Path(__file__).resolve().parents[2])
+ROOT = str(Path(__file__).resolve().parents[3])
 
 
 def _env(tmp_path: Path, llm_base: str | None = None) -> dict[str, str]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bot.config import load_settings, read_env_file
 from bot.errors import ConfigError
-from bot.setup_files import SetupChoices, render_config, write_setup
+from bot.cli.setup_files import SetupChoices, render_config, write_setup
 
 secret_text = st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=60) \
     .map(str.strip).filter(lambda v: v and not (len(v) >= 2 and v[0] == v[-1] and v[0] in "'\""))

@@ -14,16 +14,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.cluster import Cluster
-from bot.inbox import INBOX_MIGRATIONS
-from bot.outbox import OUTBOX_MIGRATIONS
+from bot.delivery.cluster import Cluster
+from bot.delivery.inbox import INBOX_MIGRATIONS
+from bot.delivery.outbox import OUTBOX_MIGRATIONS
 from bot.scheduler import SCHEDULER_MIGRATIONS, JobSpec, Scheduler
 from memory.store.backend import open_store
 from memory.store.locks import LockSpace
 
 pytestmark = pytest.mark.postgres
 MIGRATIONS = (*INBOX_MIGRATIONS, *OUTBOX_MIGRATIONS, *SCHEDULER_MIGRATIONS)
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _store(url):

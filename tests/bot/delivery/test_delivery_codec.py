@@ -8,9 +8,9 @@ from dataclasses import replace
 
 from hypothesis import given, strategies as st
 
-from bot.inbox import message_from_json, message_to_json
+from bot.delivery.inbox import message_from_json, message_to_json
 from bot.message import Document, Image, Kind, Media, Message, Reply
-from bot.outbox import reply_from_json, reply_to_json
+from bot.delivery.outbox import reply_from_json, reply_to_json
 from memory.text import redact
 
 

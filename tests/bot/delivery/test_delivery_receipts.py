@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.errors import ChannelError
-from bot.inbox import INBOX_MIGRATIONS, Inbox
+from bot.delivery.inbox import INBOX_MIGRATIONS, Inbox
 from bot.message import Image, Message, Reply
-from bot.outbox import FORGOTTEN, OUTBOX_MIGRATIONS, Outbox, OutboxSettings
-from bot.sessions import SESSION_MIGRATIONS
+from bot.delivery.outbox import FORGOTTEN, OUTBOX_MIGRATIONS, Outbox, OutboxSettings
+from bot.turn.sessions import SESSION_MIGRATIONS
 from memory.store.connection import Store
 from memory.text import find_secrets
 from tests.fakes.channel import RecordingChannel

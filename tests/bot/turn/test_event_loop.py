@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.fakes import brain
 
-ROOT = str(Path(__file__).resolve().parents[2])
+ROOT = str(Path(__file__).resolve().parents[3])
 
 
 @pytest.mark.timeout(900)  # real subprocesses on a shared 2-core machine
@@ -20,7 +20,7 @@ async def test_a_turn_after_a_fresh_start_never_holds_the_loop_over_100ms(tmp_pa
     fake_llm.responder = brain.respond
     (tmp_path / "none.toml").write_text("")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(Path(ROOT) / "tests" / "bot" / "loop_probe.py"), fake_llm.base_url, str(tmp_path),
+        sys.executable, str(Path(ROOT) / "tests" / "bot" / "turn" / "loop_probe.py"), fake_llm.base_url, str(tmp_path),
         cwd=ROOT, env={"PYTHONPATH": ROOT, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 600)

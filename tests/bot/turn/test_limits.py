@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 
 from bot.app import build_app
 from bot.config import load_settings
-from bot.limits import REPLY_CUT_NOTE, cap_message, cap_reply, cut_at_boundary
+from bot.turn.limits import REPLY_CUT_NOTE, cap_message, cap_reply, cut_at_boundary
 from memory import prompts
 from memory.text import normalize
 from tests.fakes import brain

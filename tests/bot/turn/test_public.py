@@ -19,7 +19,7 @@ from tests.fakes import brain
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.llm_server import ToolCall
 
-ROOT = str(Path(__file__).resolve().parents[2])
+ROOT = str(Path(__file__).resolve().parents[3])
 OWNER = "olive"
 
 

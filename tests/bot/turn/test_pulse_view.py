@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.png import encode_rgb
-from bot.pulse_view import PALETTE, parse_period, pulse_png, pulse_text, window
+from bot.turn.views.png import encode_rgb
+from bot.turn.views.pulse import PALETTE, parse_period, pulse_png, pulse_text, window
 from memory.store.pulse import Pulse, PulseBucket, pulse
 from memory.store.rows import utc_naive
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.task_views import format_skill, format_skills
+from bot.turn.views.tasks import format_skill, format_skills
 from memory.embed import LocalE5Embedder
 from memory.llm import LiteLLM, LLMSettings
 from memory.store.rows import NewMemory, insert_memories, new_id

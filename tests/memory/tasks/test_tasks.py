@@ -30,7 +30,7 @@ from memory.tasks.rules import (
     user_language,
 )
 from memory.tasks.processor import SummaryAnswer, TaskProcessor, TaskSettings, format_chat, render_summary
-from bot.task_views import format_task, format_tasks
+from bot.turn.views.tasks import format_task, format_tasks
 from tests.fakes.clock import FakeClock
 from tests.fakes.llm_server import FakeError, FakeLLM
 

@@ -1,0 +1,5 @@
+"""`python -m bot.cli`: the same as the `memgate` console script."""
+
+from bot.cli.dispatch import main
+
+raise SystemExit(main())
