@@ -15,7 +15,7 @@ PACKAGES = ("memory", "bot", "adapters")
 # Lower number = lower layer; an import may only point to the same or a lower layer.
 LAYER = {"memory": 0, "bot": 1, "adapters": 2}
 # The composition root and the CLI build the concrete adapters: the only upward arrows allowed.
-COMPOSITION = {"bot.app", "bot.cli.dispatch"}
+COMPOSITION = {"bot.app", "bot.cli.run"}
 
 
 def module_name(path: Path) -> str:

@@ -1,0 +1,77 @@
+"""`memgate doctor`: check the extensions, the embedding model, the database and the LLM, one line
+each, and say what to run or change for each that fails."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from datetime import UTC, datetime
+
+from bot.cli.run import NO_LLM_TEXT
+from bot.config import Settings
+from bot.errors import StoreLockedError
+
+
+def cmd_doctor(settings: Settings, args) -> int:
+    """Each check on its own line, ok or FAIL with the fix; exit 1 when any failed."""
+    problems = 0
+
+    def report(ok: bool, what: str, fix: str = "") -> None:
+        nonlocal problems
+        print(f"[{'ok' if ok else 'FAIL'}] {what}" + ("" if ok else f"\n       fix: {fix}"))
+        problems += 0 if ok else 1
+
+    from memory.store.connection import connect
+
+    try:
+        con = connect(":memory:")
+        con.execute("SELECT array_inner_product([1.0, 0.0]::FLOAT[2], [1.0, 0.0]::FLOAT[2]), stem('running', 'porter')")
+        con.close()
+        report(True, "DuckDB vss and fts extensions load from their packages")
+    except Exception as exc:
+        report(False, f"DuckDB extensions: {exc}", "pip install duckdb==1.5.5 duckdb-extension-vss==1.5.5 duckdb-extension-fts==1.5.5")
+    try:
+        from bot.app import make_embedder
+
+        emb = make_embedder(settings)
+        vec = emb.embed_query("hello")
+        report(len(vec) == emb.dim, f"embedding model {emb.name} ({emb.dim}-d)")
+    except Exception as exc:
+        report(False, f"embedding model: {exc}", "check [embedding] in the config")
+    try:
+        from bot.app import open_store
+
+        store = open_store(settings)
+        store.write(lambda c: store.meta_set(c, "doctor", datetime.now(UTC).isoformat()))
+        store.close()
+        report(True, f"database {settings.store_url} is writable")
+    except StoreLockedError as exc:
+        report(True, f"database in use by a running gateway ({exc})")
+    except Exception as exc:
+        report(False, f"database {settings.store_url}: {exc}", "check data_dir (or [store] url) and its permissions")
+    if not settings.llm_configured:
+        report(False, "no LLM configured", NO_LLM_TEXT.replace("\n", "\n       "))
+    else:
+        from bot.app import make_llm
+
+        async def ping() -> str:
+            llm = make_llm(settings, None)
+            out = await llm.complete([{"role": "user", "content": "Reply with the word OK."}], purpose="doctor", max_tokens=1)
+            return out.content
+
+        from bot.model_servers import down_hint, shown_address
+
+        where = shown_address(settings.llm.api_base, settings.llm.model)
+        try:
+            asyncio.run(ping())
+            report(True, f"LLM {settings.llm.model or '(server default)'} at {where} answers")
+        except Exception as exc:
+            report(False, f"LLM at {where} did not answer: {str(exc)[:200]}",
+                   down_hint(settings.llm.api_base, settings.llm.model))
+    print("all good" if not problems else f"{problems} problem(s)")
+    return 1 if problems else 0
+
+
+def add_doctor(sub: argparse._SubParsersAction) -> None:
+    """`memgate doctor`."""
+    sub.add_parser("doctor", help="check the installation").set_defaults(func=cmd_doctor)

@@ -1,0 +1,169 @@
+"""`memgate run` and `memgate chat`: the channels the config enables, served by the gateway until a
+signal (or, with a person at the terminal, until they leave).
+
+The one module of the command line that knows the concrete adapters (tests/test_layers.py holds
+it to that), so the WeChat QR login that `memgate wechat login` and onboarding offer is here too.
+Each adapter is imported only when its channel is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from bot.config import Settings
+from bot.errors import ConfigError
+from bot.logs import log_file, log_loop_exceptions, setup_logging, terminal_session
+
+log = logging.getLogger("memgate")
+
+NO_LLM_TEXT = """No language model is configured, so memgate cannot answer yet. Set one of:
+  MEMGATE_LLM_MODEL=<any litellm model, e.g. openai/gpt-4o-mini> plus its key in MEMGATE_LLM_API_KEY, or
+  MEMGATE_LLM_API_BASE=http://127.0.0.1:11434/v1 (Ollama, llama.cpp's server or any OpenAI-compatible server) and MEMGATE_LLM_MODEL=<its model name>."""
+
+
+async def _serve(settings: Settings, channels, *, until_console_closes: bool, serve_api: bool = False) -> int:
+    from bot.app import build_app
+
+    app = build_app(settings, channels=channels, serve_api=serve_api)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    log_loop_exceptions(loop)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    async with app:
+        console = next((c for c in channels if c.name == "console"), None)
+        waiters = [asyncio.create_task(stop.wait())]
+        if until_console_closes and console is not None:
+            waiters.append(asyncio.create_task(console.closed.wait()))
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for w in waiters:
+            w.cancel()
+        # Answer what is already queued before the channels go away.
+        await app.gateway.idle()
+    return 0
+
+
+def _console(settings: Settings, user: str | None):
+    from adapters.console import ConsoleAdapter
+
+    name = user or settings.channels.console.user or os.environ.get("USER") or getpass.getuser() or "me"
+    return ConsoleAdapter(name, bot_name=settings.agent.name, history_path=settings.data_path / "console_history")
+
+
+def stdin_kind() -> str:
+    """"tty", "lines" (a pipe or a file: read line by line) or "none" (/dev/null, closed: a service)."""
+    import stat
+
+    try:
+        if sys.stdin is None:
+            return "none"
+        if sys.stdin.isatty():
+            return "tty"
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError):
+        return "none"
+    return "lines" if stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode) else "none"
+
+
+def cmd_chat(settings: Settings, args) -> int:
+    """`memgate chat`: talk to the bot in this terminal (as --user NAME)."""
+    if not settings.llm_configured:
+        print(NO_LLM_TEXT, file=sys.stderr)
+        return 2
+    setup_logging(settings, to_file=True, to_stderr=logging.ERROR)
+    console = _console(settings, args.user)
+    if console.interactive:
+        print(f"memgate: talking as {console.user}. /help for commands; /quit, Ctrl-D or Ctrl-C to leave.\n"
+              f"(arrow keys edit the line, Up recalls earlier ones; logs go to {log_file(settings)})\n")
+    with terminal_session(settings, console):
+        code = asyncio.run(_serve(settings, [console], until_console_closes=True,
+                                  serve_api=bool(args.api) and settings.api.enabled))
+    return code
+
+
+def build_channels(settings: Settings) -> list:
+    """Every channel enabled in the config (secrets from the environment)."""
+    chans = []
+    c = settings.channels
+    if c.telegram.enabled:
+        from adapters.telegram.adapter import TelegramAdapter
+
+        token = settings.secret("telegram_token")
+        if not token:
+            raise ConfigError("channels.telegram is enabled but TELEGRAM_BOT_TOKEN is not set")
+        chans.append(TelegramAdapter(token, base_url=c.telegram.base_url or None, poll_timeout=c.telegram.poll_timeout))
+    if c.wechat.enabled:
+        from adapters.wechat.ilink.adapter import WechatIlinkAdapter
+
+        chans.append(WechatIlinkAdapter(settings.data_path, base_url=c.wechat.base_url or None))
+    if c.wechat_mp.enabled:
+        from adapters.wechat.mp.adapter import WechatMpAdapter
+
+        mp = c.wechat_mp
+        if not settings.secret("wechat_mp_token") or not mp.app_id:
+            raise ConfigError("channels.wechat_mp needs app_id in the file and WECHAT_MP_TOKEN / WECHAT_MP_APP_SECRET in the environment")
+        chans.append(WechatMpAdapter(token=settings.secret("wechat_mp_token"), app_id=mp.app_id,
+                                     app_secret=settings.secret("wechat_mp_secret") or "",
+                                     encoding_aes_key=settings.secret("wechat_mp_aes_key"), host=mp.host, port=mp.port,
+                                     path=mp.path, api_base=mp.api_base, replay_window=mp.replay_window))
+    # The terminal channel reads a terminal, or lines piped in; with nothing to read (a service's
+    # /dev/null) it is left out, so the other channels run on their own.
+    if c.console.enabled and stdin_kind() != "none":
+        chans.append(_console(settings, None))
+    return chans
+
+
+def cmd_run(settings: Settings, args) -> int:
+    """`memgate run`: every enabled channel, the ingest worker and the scheduler, until stopped."""
+    setup_logging(settings, to_file=True)
+    channels = build_channels(settings)
+    if not channels:
+        if settings.channels.console.enabled:
+            raise ConfigError("the only enabled channel is the terminal (channels.console), and there is no terminal or "
+                              "input to read here: run `memgate chat` in a terminal, pipe lines in, or enable Telegram "
+                              "or WeChat (`memgate onboard` walks through it)")
+        raise ConfigError("no channel is enabled: enable one under [channels.*] in the config (or run `memgate onboard`)")
+    console = next((c for c in channels if c.name == "console"), None)
+    if console is not None and console.interactive:
+        print(f"memgate: running {', '.join(c.name for c in channels)}; talking here as {console.user}. "
+              f"/quit, Ctrl-D or Ctrl-C stops every channel.\n(logs go to {log_file(settings)})\n")
+    with terminal_session(settings, console):
+        if not settings.llm_configured:
+            log.warning("no LLM configured: the bot answers commands only. %s", NO_LLM_TEXT.splitlines()[0])
+        log.info("starting channels: %s", ", ".join(c.name for c in channels))
+        # The person at the terminal leaving ends the run: a bot that went on silently after
+        # Ctrl-D looked stopped and was not (run it as a service to keep it up: `memgate service`).
+        return asyncio.run(_serve(settings, channels, until_console_closes=console is not None,
+                                  serve_api=settings.api.enabled))
+
+
+async def wechat_login(base_url: str | None, data_dir: Path) -> str:
+    """Log the WeChat (iLink) bot in with a QR code on this terminal; its bot id (credentials saved in data_dir)."""
+    from adapters.wechat.ilink.login import login
+    from adapters.wechat.ilink.protocol import DEFAULT_BASE_URL
+
+    creds = await login(base_url or DEFAULT_BASE_URL, data_dir)
+    return creds.ilink_bot_id
+
+
+def add_chat(sub: argparse._SubParsersAction) -> None:
+    """`memgate chat [--user NAME] [--api]`."""
+    c = sub.add_parser("chat", help="talk to the bot in this terminal")
+    c.add_argument("--user", help="your name (each name has its own memory)")
+    c.add_argument("--api", action="store_true", help="also serve the HTTP API ([api] host and port) while chatting")
+    c.set_defaults(func=cmd_chat)
+
+
+def add_run(sub: argparse._SubParsersAction) -> None:
+    """`memgate run`."""
+    sub.add_parser("run", help="start every enabled channel").set_defaults(func=cmd_run)
