@@ -16,7 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bot.channel import Channel, HasLocalCommands, ReportsTrouble, ShowsCommandMenu
-from bot.access.policy import ACCESS_MIGRATIONS, Access
+from bot.access.policy import Access
+from bot.access.schema import ACCESS_MIGRATIONS
 from bot.turn.agent import Agent, AgentSettings
 from bot.turn.commands import Commands
 from bot.config import Settings

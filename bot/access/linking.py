@@ -20,7 +20,9 @@ import math
 from dataclasses import dataclass
 from datetime import timedelta
 
-from bot.access.policy import Access, AccessError, Identity, Role, normalize_code
+from bot.access.codes import normalize_code
+from bot.access.identities import AccessError, Identity, Role
+from bot.access.policy import Access
 from bot.message import Message
 from memory.store.connection import Conn, Migration
 

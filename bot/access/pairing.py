@@ -15,7 +15,9 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from bot.access.policy import CONSOLE_CHANNEL, Access, AccessError, Identity, Refused, Role, normalize_code
+from bot.access.codes import normalize_code
+from bot.access.identities import CONSOLE_CHANNEL, AccessError, Identity, Role
+from bot.access.policy import Access, Refused
 from bot.message import Message
 from memory.store.connection import Conn
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from bot.access.policy import AccessError, Identity, Role
+from bot.access.identities import AccessError, Identity, Role
 from bot.api.context import ENGINE, HOST
 from bot.api.errors import ApiError
 from bot.api.jobs import recent_jobs

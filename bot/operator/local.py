@@ -12,7 +12,8 @@ import asyncio
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
-from bot.access.policy import CONSOLE_CHANNEL, Access, Allowed
+from bot.access.identities import CONSOLE_CHANNEL
+from bot.access.policy import Access, Allowed
 from bot.access.api_keys import ApiKey, Keys
 from bot.errors import ConfigError
 from bot.message import Message

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from bot.access.policy import Access, Allowed, Role
+from bot.access.identities import Role
+from bot.access.policy import Access, Allowed
 from bot.channel import MenuCommand
 from bot.access.linking import Linking
 from bot.access.pairing import APPROVED_TEXT, Pairing

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.access.policy import CODE_ALPHABET, Access, Allowed, Identity, Refused
+from bot.access.codes import CODE_ALPHABET
+from bot.access.identities import Identity
+from bot.access.policy import Access, Allowed, Refused
 from bot.config import AccessConfig
 from bot.access.linking import Linking
 from bot.message import Message

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from adapters.telegram.adapter import TelegramAdapter
-from bot.access.policy import CODE_ALPHABET
+from bot.access.codes import CODE_ALPHABET
 from bot.access.pairing import APPROVED_TEXT
 from bot.app import App, build_app
 from bot.config import load_settings

@@ -11,10 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bot.access.codes import CODE_ALPHABET, new_code, normalize_code
+from bot.access.identities import AccessError, Role, parse_role
 from bot.access.policy import (
-    ACCESS_MIGRATIONS, ALLOWLIST_TEXT, CODE_ALPHABET, DM_DISABLED_TEXT, GROUP_NOT_ALLOWED_TEXT, AccessError,
-    Allowed, Refused, Role, group_space_id, new_code, normalize_code, parse_role,
+    ALLOWLIST_TEXT, DM_DISABLED_TEXT, GROUP_NOT_ALLOWED_TEXT, Allowed, Refused, group_space_id,
 )
+from bot.access.schema import ACCESS_MIGRATIONS
 from bot.errors import MemgateError
 from bot.access.linking import LINKING_MIGRATIONS
 from memory.store.backend import open_store
@@ -300,7 +302,7 @@ def test_a_database_from_before_the_split_upgrades_and_survives_a_kill(tmp_path)
     old.write(lambda c: c.execute("INSERT INTO identities VALUES ('telegram', '1', 'u_old', 'owner', 'Ann', now(), now())"))
     old.close()
     root = Path(__file__).resolve().parents[3]
-    script = ("import os; from bot.access.policy import ACCESS_MIGRATIONS; from bot.access.linking import LINKING_MIGRATIONS; "
+    script = ("import os; from bot.access.schema import ACCESS_MIGRATIONS; from bot.access.linking import LINKING_MIGRATIONS; "
               "from memory.store.connection import Store; "
               f"Store({str(path)!r}, 384, extra_migrations=(*ACCESS_MIGRATIONS, *LINKING_MIGRATIONS)); os._exit(9)")
     done = subprocess.run([sys.executable, "-c", script], cwd=root, env={**os.environ, "PYTHONPATH": str(root)},

@@ -8,7 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from bot.access.policy import ACCESS_MIGRATIONS, AccessError, Allowed
+from bot.access.identities import AccessError
+from bot.access.policy import Allowed
+from bot.access.schema import ACCESS_MIGRATIONS
 from bot.app import build_app
 from bot.config import load_settings
 from bot.access.linking import DM_ONLY_TEXT, LINKING_MIGRATIONS, LOCKED_TEXT

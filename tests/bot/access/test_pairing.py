@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bot.access.policy import ACCESS_MIGRATIONS, AccessError, Allowed, Refused, Role
+from bot.access.identities import AccessError, Role
+from bot.access.policy import Allowed, Refused
+from bot.access.schema import ACCESS_MIGRATIONS
 from bot.app import build_app
 from bot.config import load_settings
 from bot.access.pairing import APPROVED_TEXT, CODES_PER_HOUR_TEXT, DENIED_TEXT
