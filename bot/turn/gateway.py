@@ -6,9 +6,8 @@ to the platform, and its reply in the durable outbox before it is sent; a restar
 was accepted and not answered, and sends what was not delivered. A store that cannot be
 written (disk full) holds a turn back, tells the person, and the turn runs once it can.
 
-One turn in flight per conversation (its queue is bounded; overflow is told to the sender,
-never dropped silently); many conversations in parallel. Each conversation's worker task
-exists only while it has messages.
+One turn in flight per conversation (its queue, bot.turn.queues, is bounded; overflow is told
+to the sender, never dropped silently); many conversations in parallel.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -26,6 +24,7 @@ from bot.delivery.cluster import Cluster
 from bot.access.policy import Access, Allowed, Refused
 from bot.turn.agent import Agent, TurnRequest, TurnResult
 from bot.turn.commands import CommandContext, Commands
+from bot.turn.queues import ConversationQueues
 from bot.errors import ChannelError, StoreWriteError
 from bot.delivery.inbox import Inbox, InboxEntry, platform_key
 from bot.delivery.outbox import Outbox, OutboxSettings
@@ -66,11 +65,6 @@ class GatewaySettings:
     takeover_every: float = 1.0
 
 
-@dataclass
-class _Item:
-    entry: InboxEntry
-
-
 class Gateway:
     """Routes messages between channels, the inbox, access control, commands, the agent and the outbox."""
 
@@ -94,12 +88,8 @@ class Gateway:
         # Retries are due in real time, whatever clock the tests move.
         self.outbox = Outbox(store, self.channels, clock=wall_clock, settings=outbox_settings, observer=self.observer,
                              cluster=self.cluster)
-        self._queues: dict[str, deque[_Item]] = {}
-        self._workers: dict[str, asyncio.Task] = {}
-        # Conversations whose messages wait for the store to be writable again, in order.
-        self._parked: dict[str, deque[_Item]] = {}
+        self.queues = ConversationQueues(self._process, held=self._held, retry_every=self.settings.storage_retry)
         self._told_storage_down: set[str] = set()
-        self._retry_task: asyncio.Task | None = None
         self._prune_task: asyncio.Task | None = None
         self._standby_task: asyncio.Task | None = None
         self._running = False
@@ -126,9 +116,7 @@ class Gateway:
                 await ch.start(self.inbound)
         self._running = True
         await self.outbox.start()
-        for key in list(self._queues):
-            self._spawn(key)
-        self._retry_task = asyncio.create_task(self._retry_parked(), name="gateway-storage-retry")
+        self.queues.start()
         self._prune_task = asyncio.create_task(self._prune_receipts(), name="gateway-prune-receipts")
         if self.cluster.shared:
             self._standby_task = asyncio.create_task(self._stand_by(standing_by), name="gateway-standby")
@@ -142,12 +130,8 @@ class Gateway:
         if self.cluster.shared:
             log.info("took over %d conversation(s) with pending work from processes no longer running", len(keys))
         for entry in await asyncio.to_thread(self.inbox.pending, keys):
-            queue = self._queues.setdefault(entry.message.conversation_key, deque())
-            if all(item.entry.seq != entry.seq for item in queue) and entry.message.conversation_key not in self._workers:
-                queue.append(_Item(entry))
-        if self._running:
-            for key in keys:
-                self._spawn(key)
+            self.queues.adopt(entry)
+        self.queues.wake(keys)
         self.outbox.wake()
 
     async def _stand_by(self, waiting: list[Channel]) -> None:
@@ -178,14 +162,11 @@ class Gateway:
                 except Exception:
                     log.exception("channel %s did not stop receiving cleanly", ch.name)
         self._closing = True
-        for task in (self._retry_task, self._prune_task, self._standby_task):
+        for task in (self._prune_task, self._standby_task):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-        if self._workers:
-            done, pending = await asyncio.wait(list(self._workers.values()), timeout=timeout)
-            for t in pending:
-                t.cancel()
+        await self.queues.stop(timeout)
         await self.outbox.stop()
         for ch in self.channels.values():
             try:
@@ -200,8 +181,7 @@ class Gateway:
 
     async def idle(self) -> None:
         """Wait until every conversation queue is empty and what is due has been sent (tests, benchmarks)."""
-        while self._workers:
-            await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
+        await self.queues.idle()
 
     # --- inbound ---------------------------------------------------------------------------
     async def inbound(self, msg: Message) -> None:
@@ -212,7 +192,7 @@ class Gateway:
         platform redelivers and the message is recorded then.
         """
         key = msg.conversation_key
-        waiting = len(self._queues.get(key, ())) + len(self._parked.get(key, ()))
+        waiting = self.queues.waiting(key)
         if waiting >= self.settings.queue_size and not self._closing:
             log.warning("queue full for %s; told the sender", key)
             await self._send_now(msg, OVERFLOW_TEXT.format(n=waiting))
@@ -228,53 +208,7 @@ class Gateway:
             return
         if self._closing:
             return  # recorded: the next run answers it
-        parked = self._parked.get(key)
-        if parked is not None:
-            parked.append(_Item(entry))  # behind what the full disk held back, in order
-            return
-        self._queues.setdefault(key, deque()).append(_Item(entry))
-        if self._running:
-            self._spawn(key)
-
-    def _spawn(self, key: str) -> None:
-        if key not in self._workers and self._queues.get(key):
-            self._workers[key] = asyncio.create_task(self._drain(key), name=f"conversation:{key}")
-
-    async def _drain(self, key: str) -> None:
-        queue = self._queues[key]
-        try:
-            while queue:
-                item = queue.popleft()
-                try:
-                    await self._process(item)
-                except StoreWriteError as exc:
-                    # Nothing is lost: the message stays pending in the inbox and is processed again
-                    # once the store is writable; the person is told why the answer waits.
-                    log.error("turn in %s held back, the store cannot be written: %s", key, exc)
-                    parked = self._parked.setdefault(key, deque())
-                    parked.append(item)
-                    parked.extend(queue)
-                    queue.clear()
-                    for waiting in parked:
-                        await self._tell_storage_down(waiting.entry.message, f"turn:{waiting.entry.seq}")
-                except Exception:
-                    # A bug: the message stays pending in the inbox (the next run tries it again).
-                    log.exception("processing a message in %s failed", key)
-        finally:
-            self._workers.pop(key, None)
-            if not queue:
-                self._queues.pop(key, None)
-
-    async def _retry_parked(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.storage_retry)
-            for key in list(self._parked):
-                if key in self._workers:
-                    continue
-                items = self._parked.pop(key)
-                queue = self._queues.setdefault(key, deque())
-                queue.extendleft(reversed(items))
-                self._spawn(key)
+        self.queues.put(entry)
 
     async def _prune_receipts(self) -> None:
         """Drop finished inbox/outbox receipts past their keep time (at start, then periodically)."""
@@ -288,9 +222,8 @@ class Gateway:
                 log.warning("pruning delivery receipts failed (%s); next pass retries", exc)
             await asyncio.sleep(self.settings.prune_every)
 
-    async def _process(self, item: _Item) -> None:
+    async def _process(self, entry: InboxEntry) -> None:
         """One accepted message: access, then command or turn; its answer goes to the outbox."""
-        entry = item.entry
         msg = entry.message
         started = time.perf_counter()  # turn latency is real time, whatever clock the tests move
         decision = await self.access.check(msg)
@@ -382,6 +315,10 @@ class Gateway:
             await channel.send(self._reply_for(msg, text))
         except ChannelError as exc:
             log.error("delivery on %s failed: %s", msg.channel, exc)
+
+    async def _held(self, entry: InboxEntry) -> None:
+        """A full store holds this message's turn back: say so, once per message."""
+        await self._tell_storage_down(entry.message, f"turn:{entry.seq}")
 
     async def _tell_storage_down(self, msg: Message, once_key: str) -> None:
         if once_key in self._told_storage_down:
