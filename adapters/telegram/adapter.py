@@ -1,8 +1,10 @@
 """The Telegram channel: long polling with python-telegram-bot, replies split, formatted, rate limited.
 
 Updates become `bot.message.Message` (every kind, media included: the gateway decides what to
-answer); a `Reply` is split on its markdown source at Telegram's 4096 limit, each part is sent
-as HTML and, when Telegram cannot parse it, again as plain text. Our @username comes from getMe;
+answer; inbound.py); a `Reply` is split on its markdown source at Telegram's 4096 limit, each part
+is sent as HTML and, when Telegram cannot parse it, again as plain text (outbound.py). This module
+holds the lifecycle: getMe, polling that confirms only what the gateway recorded, the typing
+hint, the command menu and the token kept out of the logs. Our @username comes from getMe;
 a group command addressed to another bot ("/help@other_bot") is none of ours and never reaches
 the gateway. The command menu the composition root hands over is registered at start
 (setMyCommands).
@@ -12,23 +14,28 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import dataclasses
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
-from telegram import InputFile, ReplyParameters, Update
-from telegram.constants import ChatAction, ParseMode
-from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
+from telegram import Update
+from telegram.constants import ChatAction
+from telegram.error import InvalidToken, TelegramError
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 
-from bot.channel import InboundHandler, MenuCommand
-from adapters.split import split_message
-from adapters.telegram.format import markdown_to_plain, markdown_to_telegram_html
 from adapters.telegram.inbound import message_from_update
+from adapters.telegram.outbound import (
+    TELEGRAM_CAPTION_LIMIT,
+    TELEGRAM_TEXT_LIMIT,
+    Sender,
+    api_chat_id,
+    split_reply,
+    utf16_len,
+)
+from bot.channel import InboundHandler, MenuCommand
 from bot.errors import ChannelError, StoreError
 from bot.message import Message, Reply
 
@@ -36,8 +43,6 @@ __all__ = ["TELEGRAM_CAPTION_LIMIT", "TELEGRAM_TEXT_LIMIT", "TelegramAdapter", "
 
 log = logging.getLogger(__name__)
 
-TELEGRAM_TEXT_LIMIT = 4096
-TELEGRAM_CAPTION_LIMIT = 1024
 ALLOWED_UPDATES = (Update.MESSAGE, Update.EDITED_MESSAGE)
 # setMyCommands: 1-32 of a-z, 0-9 and _ per name; 1-256 characters per description; 100 commands.
 _MENU_NAME = re.compile(r"[a-z0-9_]{1,32}")
@@ -59,13 +64,6 @@ _TOKEN_LOGGERS = (
     "telegram.request.BaseRequest",
     "telegram.request.HTTPXRequest",
 )
-_T = TypeVar("_T")
-
-
-def utf16_len(s: str) -> int:
-    """Length in UTF-16 code units: the unit of Telegram's message limits."""
-    return len(s.encode("utf-16-le")) // 2
-
 
 class TelegramAdapter:
     """A `Channel` over the Telegram Bot API (long polling, python-telegram-bot 22)."""
@@ -94,7 +92,6 @@ class TelegramAdapter:
         self._bot_id: int | None = None
         self._poll_timeout = poll_timeout
         self._typing_interval = typing_interval
-        self._network_retries = network_retries
         self._retry_delay = retry_delay
         self._request_timeout = request_timeout
         self._app: Application | None = None
@@ -104,6 +101,7 @@ class TelegramAdapter:
         self._typing_tasks: set[asyncio.Task[None]] = set()
         self._sending: set[asyncio.Task[Any]] = set()
         self._redact = _RedactToken(token)
+        self._sender = Sender(name, self._safe, network_retries=network_retries, retry_delay=retry_delay)
         self._menu: tuple[MenuCommand, ...] = ()
 
     @property
@@ -287,186 +285,20 @@ class TelegramAdapter:
     # -- outbound -----------------------------------------------------------------------------
 
     def split(self, reply: Reply) -> list[Reply]:
-        """The reply as the messages `send` delivers one at a time: markdown parts of at most 4096
-        UTF-16 units (the first quotes the user's message), then the document, if any (a short
-        text rides along as its caption). The outbox sends and retries them one by one."""
-        text = reply.text or ""
-        if reply.document is not None and (not text.strip() or utf16_len(text) <= TELEGRAM_CAPTION_LIMIT):
-            return [reply]
-        pieces = split_message(text, TELEGRAM_TEXT_LIMIT, measure=utf16_len) if text.strip() else []
-        parts = [dataclasses.replace(reply, text=piece, document=None, reply_to=reply.reply_to if i == 0 else None)
-                 for i, piece in enumerate(pieces)]
-        if reply.document is not None:
-            parts.append(dataclasses.replace(reply, text="", reply_to=None if parts else reply.reply_to))
-        return parts or [reply]
+        """The reply as the messages `send` delivers one at a time (outbound.split_reply)."""
+        return split_reply(reply)
 
     async def send(self, reply: Reply) -> None:
-        """Split the markdown at 4096, send each part as HTML (plain text if Telegram cannot parse
-        it), then the document if any. Raises ChannelError on a final failure."""
+        """Deliver one reply (outbound.Sender); raises ChannelError on a final failure."""
         app = self._require_app()
         task = asyncio.current_task()
         if task is not None:
             self._sending.add(task)
         try:
-            chat_id = _chat_id(reply.chat_id)
-            thread_id = int(reply.thread_id) if reply.thread_id else None
-            reply_to = _reply_parameters(reply.reply_to)
-            if reply.image is not None:
-                # Telegram shows pictures: the image and its caption stand in for the text.
-                await self._send_image(app, reply, chat_id, thread_id, reply_to)
-                return
-            text = reply.text or ""
-            caption = None
-            if reply.document is not None and text.strip() and utf16_len(text) <= TELEGRAM_CAPTION_LIMIT:
-                caption, text = text, ""
-            if not text.strip() and reply.document is None:
-                log.debug("%s: empty reply to %s not sent", self.name, reply.chat_id)
-            for part in split_message(text, TELEGRAM_TEXT_LIMIT, measure=utf16_len):
-                sent = await self._send_part(app, chat_id, part, thread_id, reply_to)
-                if sent:
-                    reply_to = None  # only the first part quotes the user's message
-            if reply.document is not None:
-                await self._send_document(app, reply, chat_id, thread_id, reply_to, caption)
+            await self._sender.send(app, reply)
         finally:
             if task is not None:
                 self._sending.discard(task)
-
-    async def _send_part(
-        self, app: Application, chat_id: int | str, part: str, thread_id: int | None, reply_to: ReplyParameters | None
-    ) -> bool:
-        """One part as HTML; on "can't parse entities", the same part as plain text."""
-        plain = markdown_to_plain(part)
-        if not plain.strip():
-            return False  # markup only (e.g. an empty code block): Telegram refuses empty text
-        common = {"chat_id": chat_id, "message_thread_id": thread_id, "reply_parameters": reply_to}
-        try:
-            await self._call(app.bot.send_message, text=markdown_to_telegram_html(part), parse_mode=ParseMode.HTML, **common)
-            return True
-        except BadRequest as exc:
-            if not _is_parse_error(exc):
-                # "chat not found", "message is too long"...: the same request fails the same way.
-                raise ChannelError(f"{self.name}: sendMessage refused: {self._safe(exc)}", permanent=True) from exc
-            log.warning("%s: HTML refused (%s); resending as plain text", self.name, self._safe(exc))
-        # Plain text can outgrow its markdown by a little (">x" becomes "> x"): split again.
-        for chunk in split_message(plain, TELEGRAM_TEXT_LIMIT, measure=utf16_len):
-            try:
-                await self._call(app.bot.send_message, text=chunk, **common)
-            except BadRequest as exc:
-                raise ChannelError(f"{self.name}: sendMessage refused: {self._safe(exc)}", permanent=True) from exc
-            common["reply_parameters"] = None
-        return True
-
-    async def _send_image(
-        self, app: Application, reply: Reply, chat_id: int | str, thread_id: int | None, reply_to: ReplyParameters | None
-    ) -> None:
-        """sendPhoto with the caption as HTML (plain on a parse error); a caption past 1024 goes first as text."""
-        image = reply.image
-        assert image is not None
-        caption = image.caption
-        if caption.strip() and utf16_len(caption) > TELEGRAM_CAPTION_LIMIT:
-            for part in split_message(caption, TELEGRAM_TEXT_LIMIT, measure=utf16_len):
-                if await self._send_part(app, chat_id, part, thread_id, reply_to):
-                    reply_to = None
-            caption = ""
-
-        def upload() -> InputFile:
-            file = InputFile(image.data, filename=image.filename)
-            file.mimetype = image.mime
-            return file
-
-        common: dict[str, Any] = {"chat_id": chat_id, "message_thread_id": thread_id, "reply_parameters": reply_to}
-        try:
-            if caption.strip():
-                try:
-                    await self._call(app.bot.send_photo, fresh={"photo": upload},
-                                     caption=markdown_to_telegram_html(caption), parse_mode=ParseMode.HTML, **common)
-                    return
-                except BadRequest as exc:
-                    if not _is_parse_error(exc):
-                        raise
-                await self._call(app.bot.send_photo, fresh={"photo": upload}, caption=markdown_to_plain(caption), **common)
-            else:
-                await self._call(app.bot.send_photo, fresh={"photo": upload}, **common)
-        except BadRequest as exc:
-            raise ChannelError(f"{self.name}: sendPhoto refused: {self._safe(exc)}") from exc
-
-    async def _send_document(
-        self,
-        app: Application,
-        reply: Reply,
-        chat_id: int | str,
-        thread_id: int | None,
-        reply_to: ReplyParameters | None,
-        caption: str | None,
-    ) -> None:
-        doc = reply.document
-        assert doc is not None
-
-        def upload() -> InputFile:
-            # A fresh InputFile per attempt: a retry must upload the bytes from the start.
-            file = InputFile(doc.data, filename=doc.filename)
-            if doc.mime != "application/octet-stream":
-                file.mimetype = doc.mime  # else PTB guesses from the file name
-            return file
-
-        common: dict[str, Any] = {"chat_id": chat_id, "message_thread_id": thread_id, "reply_parameters": reply_to}
-        try:
-            if caption:
-                try:
-                    await self._call(
-                        app.bot.send_document,
-                        fresh={"document": upload},
-                        caption=markdown_to_telegram_html(caption),
-                        parse_mode=ParseMode.HTML,
-                        **common,
-                    )
-                    return
-                except BadRequest as exc:
-                    if not _is_parse_error(exc):
-                        raise
-                await self._call(app.bot.send_document, fresh={"document": upload}, caption=markdown_to_plain(caption), **common)
-            else:
-                await self._call(app.bot.send_document, fresh={"document": upload}, **common)
-        except BadRequest as exc:
-            raise ChannelError(f"{self.name}: sendDocument refused: {self._safe(exc)}", permanent=True) from exc
-
-    async def _call(
-        self,
-        fn: Callable[..., Awaitable[_T]],
-        *,
-        fresh: dict[str, Callable[[], Any]] | None = None,
-        **kwargs: Any,
-    ) -> _T:
-        """Call the Bot API; retry network errors a few times (429s are AIORateLimiter's).
-
-        BadRequest propagates for the caller to judge; every other final failure is a
-        ChannelError. `fresh` values are rebuilt for each attempt (uploads).
-        """
-        for attempt in range(self._network_retries + 1):
-            args = dict(kwargs)
-            for key, make in (fresh or {}).items():
-                args[key] = make()
-            try:
-                return await fn(**args)
-            except BadRequest:
-                raise
-            except RetryAfter as exc:
-                # AIORateLimiter has waited out a few already; the outbox waits out the rest.
-                raise ChannelError(f"{self.name}: still rate limited after retries ({self._safe(exc)})",
-                                   retry_after=_seconds(exc.retry_after)) from exc
-            except (Forbidden, InvalidToken) as exc:
-                # Blocked by the user, kicked from the group, or a dead token: retrying cannot help.
-                raise ChannelError(f"{self.name}: refused: {self._safe(exc)}", permanent=True) from exc
-            except NetworkError as exc:
-                # TimedOut is a NetworkError too: the message may have gone out, but a rare
-                # duplicate beats a lost reply.
-                if attempt == self._network_retries:
-                    raise ChannelError(f"{self.name}: network error after {attempt + 1} tries: {self._safe(exc)}") from exc
-                log.warning("%s: network error (%s), retry %d", self.name, self._safe(exc), attempt + 1)
-                await asyncio.sleep(self._retry_delay * (2**attempt))
-            except TelegramError as exc:
-                raise ChannelError(f"{self.name}: Bot API error: {self._safe(exc)}") from exc
-        raise AssertionError("unreachable")
 
     # -- typing -------------------------------------------------------------------------------
 
@@ -474,7 +306,7 @@ class TelegramAdapter:
     async def typing(self, message: Message) -> AsyncIterator[None]:
         """Send "typing" now and every few seconds until the block exits."""
         app = self._require_app()
-        chat_id = _chat_id(message.chat_id)
+        chat_id = api_chat_id(message.chat_id)
         thread_id = int(message.thread_id) if message.thread_id else None
         task = asyncio.create_task(self._typing_loop(app, chat_id, thread_id), name=f"{self.name}-typing")
         self._typing_tasks.add(task)
@@ -520,37 +352,6 @@ def telegram_menu(commands: Sequence[MenuCommand]) -> list[tuple[str, str]]:
 def _poll_backoff(failures: int, base: float) -> float:
     """Seconds before polling again after `failures` failures in a row: base * 2^(n-1), at most 30."""
     return min(30.0, base * 2 ** max(0, failures - 1))
-
-
-def _seconds(value: object) -> float | None:
-    """retry_after as seconds (PTB gives an int or a timedelta, depending on its settings)."""
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-
-
-def _is_parse_error(exc: BadRequest) -> bool:
-    return "can't parse entities" in str(exc).lower() or "can't find end tag" in str(exc).lower()
-
-
-def _chat_id(chat_id: str) -> int | str:
-    """Numeric ids go out as ints: AIORateLimiter treats string ids as groups (20 msgs/min)."""
-    try:
-        return int(chat_id)
-    except ValueError:
-        return chat_id
-
-
-def _reply_parameters(message_id: str | None) -> ReplyParameters | None:
-    if not message_id:
-        return None
-    try:
-        return ReplyParameters(message_id=int(message_id), allow_sending_without_reply=True)
-    except ValueError:
-        return None
 
 
 class _RedactToken(logging.Filter):
