@@ -9,27 +9,31 @@ session), the owner is told, and polling resumes by itself once `memgate wechat 
 written new credentials. A reply WeChat will not deliver (ret -2: outside the 24 h window, or
 another refusal) is told to the owner too, through the same `on_trouble` hook (throttled). A
 429 / 503 is retried after what its Retry-After asks (capped).
+
+This module holds the lifecycle, the receive loop and the login's state; sending is
+outbound.py's, one bot call client.py's, the typing indicator typing_indicator.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import json
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from adapters.retry_after import parse_retry_after, retry_delay
+from adapters.retry_after import retry_delay
 from adapters.trouble import TroubleHook, TroubleNotices
 from adapters.wechat.ilink import protocol as proto
-from bot.channel import InboundHandler
+from adapters.wechat.ilink.client import TransportError, post
+from adapters.wechat.ilink.outbound import LOGIN_HINT, RETRY_AFTER_CAP_S, SEND_ATTEMPTS, Sender, split_reply, text_parts
+from adapters.wechat.ilink.protocol import Credentials, UpdatesBatch
 from adapters.wechat.ilink.state import (
     credentials_path,
     file_stamp,
@@ -39,37 +43,17 @@ from adapters.wechat.ilink.state import (
     save_context_tokens,
     save_cursor,
 )
-from adapters.wechat.ilink.protocol import Credentials, TypingStatus, UpdatesBatch
-from adapters.plaintext import markdown_to_plain
-from adapters.split import split_message
+from adapters.wechat.ilink.typing_indicator import TypingIndicator
+from bot.channel import InboundHandler
 from bot.errors import ChannelError, StoreError
 from bot.message import Message, Reply
 
 log = logging.getLogger(__name__)
 
-TEXT_LIMIT = 4000
-LOGIN_HINT = "run `memgate wechat login` and scan the QR code with WeChat"
 # The server holds getupdates up to longpolling_timeout_ms; allow this much more before we call
 # the poll dead (a client-side timeout is an empty batch, not an error).
 POLL_MARGIN_S = 5.0
-SEND_ATTEMPTS = 3
-TYPING_TICKET_TTL_S = 6 * 3600.0
-TYPING_RETRY_S = 60.0  # after a failed getconfig, typing is skipped for this long
-TYPING_MAX_S = 300.0  # the keep-alive gives up after this, whatever the agent does
 SEEN_IDS = 2048
-RETRY_AFTER_CAP_S = 60.0  # never wait longer than this on one Retry-After
-_THROTTLED = frozenset({429, 503})
-
-
-class _TransportError(Exception):
-    """A call that did not produce a JSON answer (network, timeout, HTTP status, bad body).
-
-    `retry_after`: the seconds a 429 / 503 asked us to wait, when it said.
-    """
-
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 class WechatIlinkAdapter:
@@ -109,14 +93,12 @@ class WechatIlinkAdapter:
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
         self._check_interval = credentials_check_interval
-        self._typing_interval = typing_interval
         self._now = now
         self._sleep = sleep  # the waits between retries (tests record what Retry-After asked)
         self._creds: Credentials | None = None
         self._creds_stamp: tuple[int, int, int] | None = None
         self._cursor = ""
         self._context_tokens: dict[str, str] = {}
-        self._tickets: dict[str, tuple[str, float]] = {}
         self._seen: deque[str] = deque(maxlen=SEEN_IDS)
         self._seen_set: set[str] = set()
         self._http: aiohttp.ClientSession | None = None
@@ -127,6 +109,13 @@ class WechatIlinkAdapter:
         self._idle = asyncio.Event()
         self._idle.set()
         self.session_expired = False
+        self._typing = TypingIndicator(name, self._post, context_token=lambda user: self._context_tokens.get(user),
+                                       running=lambda: self._http is not None, client_version=client_version,
+                                       interval=typing_interval, request_timeout=request_timeout)
+        self._sender = Sender(self._post, context_token=lambda user: self._context_tokens.get(user),
+                              running=lambda: self._http is not None and self._creds is not None, report=self._report,
+                              stats=self.stats, client_version=client_version, request_timeout=request_timeout,
+                              backoff_base=backoff_base, backoff_cap=backoff_cap, sleep=sleep)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -204,7 +193,7 @@ class WechatIlinkAdapter:
                 continue
             try:
                 batch = await self._get_updates()
-            except _TransportError as exc:
+            except TransportError as exc:
                 failures += 1
                 await self._back_off(failures, str(exc), exc.retry_after)
                 continue
@@ -242,7 +231,7 @@ class WechatIlinkAdapter:
         body = proto.getupdates_body(self._cursor, self._client_version)
         try:
             payload = await self._post(proto.GET_UPDATES, body, self._poll_timeout_ms / 1000 + POLL_MARGIN_S)
-        except _TransportError as exc:
+        except TransportError as exc:
             if isinstance(exc.__cause__, TimeoutError):
                 return None
             raise
@@ -347,7 +336,7 @@ class WechatIlinkAdapter:
         """Adopt a login; cursor and context tokens belong to one bot account, so load (or reset) them."""
         self._creds = creds
         self._creds_stamp = file_stamp(credentials_path(self.data_dir))
-        self._tickets.clear()
+        self._typing.forget_tickets()
         self._cursor = load_cursor(self.data_dir, creds.ilink_bot_id)
         self._context_tokens = load_context_tokens(self.data_dir, creds.ilink_bot_id)
 
@@ -363,172 +352,48 @@ class WechatIlinkAdapter:
 
     def split(self, reply: Reply) -> list[Reply]:
         """The reply as the messages `send` delivers one at a time (the outbox retries each alone)."""
-        if reply.document is not None or not reply.text.strip():
-            return [reply]
-        return [dataclasses.replace(reply, text=piece) for piece in split_message(reply.text, TEXT_LIMIT)] or [reply]
+        return split_reply(reply)
 
     async def send(self, reply: Reply) -> None:
-        """Send a reply as plain text in parts of at most 4000 characters; ChannelError if not delivered."""
+        """Send a reply as plain text in parts of at most 4000 characters (outbound.py); ChannelError if not delivered."""
         user = reply.recipient_id or reply.chat_id
-        text = markdown_to_plain(reply.text)
-        if reply.document is not None:
-            # iLink files need an encrypted CDN upload we do not do: say so instead of dropping it.
-            note = f"[The file {reply.document.filename} cannot be sent over WeChat.]"
-            log.warning("wechat: a document reply was sent as a note (files are not supported)")
-            text = f"{text}\n\n{note}" if text.strip() else note
-        parts = split_message(text, TEXT_LIMIT) if text.strip() else []
+        parts = text_parts(reply)
         if not parts:
             return
         self._sends += 1
         self._idle.clear()
         try:
             for part in parts:
-                await self._send_text(user, part)
+                await self._sender.send_text(user, part)
         finally:
             self._sends -= 1
             if self._sends == 0:
                 self._idle.set()
 
-    async def _send_text(self, user: str, text: str) -> None:
-        if self._http is None or self._creds is None:
-            raise ChannelError("the WeChat adapter is not running")
-        token = self._context_tokens.get(user)
-        if not token:
-            log.warning("wechat: no context_token for this user yet; sending without one")
-        body = proto.sendmessage_body(user, text, token, proto.new_client_id(), self._client_version)
-        payload: Any = None
-        for attempt in range(1, SEND_ATTEMPTS + 1):
-            try:
-                payload = await self._post(proto.SEND_MESSAGE, body, self._request_timeout)
-                break
-            except _TransportError as exc:
-                if attempt == SEND_ATTEMPTS:
-                    self._send_failed("sendmessage failed after %d attempts (%s)", attempt, exc)
-                    raise ChannelError(f"WeChat send failed: {exc}") from exc
-                # Same client_id on retry: the server de-duplicates, so a lost answer cannot double-send.
-                backoff = proto.backoff_delay(attempt, self._backoff_base, self._backoff_cap)
-                await self._sleep(retry_delay(exc.retry_after, backoff, max(RETRY_AFTER_CAP_S, backoff)))
-        status = proto.parse_status(payload)
-        if status.ok:
-            self.stats["sent"] += 1
-            return
-        if proto.NOT_DELIVERED in (status.ret, status.errcode):
-            self._send_failed("message not delivered (ret -2): the user has not written within the reply window")
-            await self._notices.report(self.on_trouble, "not_delivered", (
-                f"WeChat did not deliver a reply to {user} (ret -2): they have not written to the bot within "
-                "the 24-hour reply window, so WeChat refuses messages to them until they write again."))
-            raise ChannelError("WeChat did not deliver the message (ret -2: outside the reply window)", permanent=True)
-        if status.session_expired:
-            self._send_failed("message not delivered: the session expired (-14)")
-            raise ChannelError(f"WeChat session expired; {LOGIN_HINT}")
-        self._send_failed("sendmessage refused: ret=%s errcode=%s", status.ret, status.errcode)
-        await self._notices.report(self.on_trouble, f"refused:{status.ret}:{status.errcode}", (
-            f"WeChat refused a reply to {user} (ret={status.ret} errcode={status.errcode}); it was not delivered."))
-        raise ChannelError(f"WeChat refused the message (ret={status.ret} errcode={status.errcode})", permanent=True)
-
-    def _send_failed(self, fmt: str, *args: object) -> None:
-        self.stats["send_failed"] += 1
-        log.error("wechat: " + fmt, *args)
+    async def _report(self, key: str, text: str) -> None:
+        """Tell the owner (throttled per key) through the hook bot.app wired."""
+        await self._notices.report(self.on_trouble, key, text)
 
     # -- typing ---------------------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def typing(self, message: Message) -> AsyncIterator[None]:
+    def typing(self, message: Message) -> AbstractAsyncContextManager[None]:
         """Show "typing..." to the sender while the block runs; failures are logged, never raised."""
-        user = message.sender_id
-        ticket = await self._typing_ticket(user)
-        keepalive: asyncio.Task[None] | None = None
-        if ticket:
-            await self._send_typing(user, ticket, TypingStatus.TYPING)
-            keepalive = asyncio.create_task(self._typing_keepalive(user, ticket), name=f"{self.name}-typing")
-        try:
-            yield
-        finally:
-            if keepalive is not None:
-                keepalive.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await keepalive
-            if ticket:
-                await self._send_typing(user, ticket, TypingStatus.CANCEL)
-
-    async def _typing_ticket(self, user: str) -> str:
-        """The user's typing_ticket from getconfig, cached; "" when there is none."""
-        loop = asyncio.get_running_loop()
-        cached = self._tickets.get(user)
-        if cached and loop.time() < cached[1]:
-            return cached[0]
-        if self._http is None:
-            return ""
-        body = proto.getconfig_body(user, self._context_tokens.get(user), self._client_version)
-        try:
-            payload = await self._post(proto.GET_CONFIG, body, self._request_timeout)
-        except _TransportError as exc:
-            log.warning("wechat: getconfig failed (%s); no typing indicator for now", exc)
-            self._tickets[user] = ("", loop.time() + TYPING_RETRY_S)
-            return ""
-        ticket = payload.get("typing_ticket") if isinstance(payload, dict) else None
-        if not proto.parse_status(payload).ok or not isinstance(ticket, str) or not ticket:
-            log.warning("wechat: getconfig gave no typing_ticket; no typing indicator for now")
-            self._tickets[user] = ("", loop.time() + TYPING_RETRY_S)
-            return ""
-        self._tickets[user] = (ticket, loop.time() + TYPING_TICKET_TTL_S)
-        return ticket
-
-    async def _send_typing(self, user: str, ticket: str, status: TypingStatus) -> None:
-        if self._http is None:
-            return
-        body = proto.sendtyping_body(user, ticket, status, self._client_version)
-        try:
-            payload = await self._post(proto.SEND_TYPING, body, self._request_timeout)
-        except _TransportError as exc:
-            log.warning("wechat: sendtyping failed (%s)", exc)
-            return
-        if not proto.parse_status(payload).ok:
-            log.warning("wechat: sendtyping refused; the typing ticket is dropped")
-            self._tickets.pop(user, None)
-
-    async def _typing_keepalive(self, user: str, ticket: str) -> None:
-        """WeChat's indicator fades after a few seconds: repeat it while the agent works."""
-        elapsed = 0.0
-        while elapsed < TYPING_MAX_S:
-            await asyncio.sleep(self._typing_interval)
-            elapsed += self._typing_interval
-            await self._send_typing(user, ticket, TypingStatus.TYPING)
+        return self._typing.shown_to(message.sender_id)
 
     # -- HTTP -----------------------------------------------------------------------------------
 
     async def _post(self, endpoint: str, body: dict[str, Any], timeout: float) -> Any:
-        """POST one bot call; the decoded JSON answer, or _TransportError."""
+        """POST one bot call with the current login (client.py); the decoded JSON answer, or TransportError."""
         if self._http is None or self._creds is None:
-            raise _TransportError("not running")
-        headers = proto.post_headers(self._creds.bot_token, self._app_id, self._client_version, proto.random_uin())
-        try:
-            async with self._http.post(
-                f"{self.base_url}/{endpoint}",
-                data=json.dumps(body).encode(),
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=timeout),
-            ) as resp:
-                raw = await resp.read()
-                if resp.status != 200:
-                    asked = None
-                    if resp.status in _THROTTLED:
-                        asked = parse_retry_after(resp.headers.get("Retry-After"), datetime.now(UTC))
-                    raise _TransportError(f"{endpoint} answered HTTP {resp.status}", asked)
-        except TimeoutError as exc:
-            raise _TransportError(f"{endpoint} timed out") from exc
-        except aiohttp.ClientError as exc:
-            raise _TransportError(f"{endpoint}: {type(exc).__name__}") from exc
-        try:
-            return json.loads(raw) if raw.strip() else {}
-        except ValueError as exc:
-            raise _TransportError(f"{endpoint} answered with something that is not JSON") from exc
+            raise TransportError("not running")
+        return await post(self._http, self.base_url, self._creds.bot_token, app_id=self._app_id,
+                          client_version=self._client_version, endpoint=endpoint, body=body, timeout=timeout)
 
     async def _notify(self, endpoint: str) -> None:
         """notifystart / notifystop, as the official client does; best effort."""
         try:
             payload = await self._post(endpoint, {"base_info": proto.base_info(self._client_version)}, 5.0)
-        except _TransportError as exc:
+        except TransportError as exc:
             log.debug("wechat: %s failed (%s)", endpoint, exc)
             return
         if not proto.parse_status(payload).ok:

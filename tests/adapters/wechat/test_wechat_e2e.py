@@ -288,7 +288,7 @@ async def test_ilink_reply_outside_the_window_is_told_to_the_owner_and_nothing_e
     # Reported: the adapter's error names ret -2, the outbox says which reply it closed (a -2 is
     # permanent: retrying cannot reopen the window).
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert any(r.name == "adapters.wechat.ilink.adapter" and "ret -2" in r.getMessage() for r in errors)
+    assert any(r.name == "adapters.wechat.ilink.outbound" and "ret -2" in r.getMessage() for r in errors)
     assert any(r.name == "bot.delivery.outbox" and "on wechat cannot be delivered" in r.getMessage() for r in errors)
     # The words of the turn whose answer was lost are kept.
     assert any("green Brompton" in payload for (payload,) in captured)
