@@ -33,7 +33,8 @@ from adapters.trouble import TroubleHook, TroubleNotices
 from adapters.wechat.ilink import protocol as proto
 from adapters.wechat.ilink.client import TransportError, post
 from adapters.wechat.ilink.outbound import LOGIN_HINT, RETRY_AFTER_CAP_S, SEND_ATTEMPTS, Sender, split_reply, text_parts
-from adapters.wechat.ilink.protocol import Credentials, UpdatesBatch
+from adapters.wechat.ilink.inbound import UpdatesBatch, parse_updates, to_message
+from adapters.wechat.ilink.protocol import Credentials
 from adapters.wechat.ilink.state import (
     credentials_path,
     file_stamp,
@@ -235,7 +236,7 @@ class WechatIlinkAdapter:
             if isinstance(exc.__cause__, TimeoutError):
                 return None
             raise
-        return proto.parse_updates(payload)
+        return parse_updates(payload)
 
     async def _back_off(self, failures: int, reason: str, retry_after: float | None = None) -> None:
         self.stats["poll_errors"] += 1
@@ -261,7 +262,7 @@ class WechatIlinkAdapter:
                 log.debug("wechat: message %s delivered twice; ignored", wire.message_id)
                 continue
             self.stats["received"] += 1
-            message = proto.to_message(wire, self.name, self._now())
+            message = to_message(wire, self.name, self._now())
             try:
                 await self._inbound(message)
             except StoreError:

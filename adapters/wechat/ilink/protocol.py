@@ -2,7 +2,8 @@
 
 iLink is the HTTP JSON API behind Tencent's openclaw-weixin channel. Every bot call is a POST of
 JSON to `<base>/ilink/bot/<endpoint>` carrying `base_info`; QR login uses a POST for the code and
-a GET for its status. Nothing here does I/O: the adapter and the login flow do that.
+a GET for its status. Nothing here does I/O: the adapter and the login flow do that. Inbound
+messages (getupdates answers -> Message) are inbound.py's.
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any
 
-from bot.message import Kind, Message
 
 DEFAULT_BASE_URL = "https://ilinkai.weixin.qq.com"
 DEFAULT_APP_ID = "bot"
@@ -220,133 +219,7 @@ def parse_status(payload: Any) -> ApiStatus:
     """Read ret/errcode/errmsg from a decoded answer; a non-object counts as ret -1."""
     if not isinstance(payload, Mapping):
         return ApiStatus(ret=-1, errmsg="answer is not a JSON object")
-    return ApiStatus(_as_int(payload.get("ret")), _as_int(payload.get("errcode")), _as_str(payload.get("errmsg")))
-
-
-@dataclass(frozen=True, slots=True)
-class WireMessage:
-    """One inbound iLink message, reduced to what the gateway can use."""
-
-    message_id: str
-    from_user_id: str
-    to_user_id: str
-    create_time_ms: int
-    message_type: int
-    group_id: str
-    context_token: str
-    kind: Kind
-    text: str
-
-    @property
-    def from_bot(self) -> bool:
-        return self.message_type == MessageType.BOT
-
-    @property
-    def in_group(self) -> bool:
-        return bool(self.group_id)
-
-
-@dataclass(frozen=True, slots=True)
-class UpdatesBatch:
-    """A decoded getupdates answer."""
-
-    status: ApiStatus
-    messages: tuple[WireMessage, ...]
-    cursor: str  # "" when the server sent none: keep the old one
-    longpolling_timeout_ms: int | None
-
-
-def parse_updates(payload: Any) -> UpdatesBatch:
-    """Decode a getupdates answer; malformed messages are dropped, never raised."""
-    status = parse_status(payload)
-    if not isinstance(payload, Mapping):
-        return UpdatesBatch(status, (), "", None)
-    raw_msgs = payload.get("msgs")
-    messages = tuple(
-        m for m in (parse_message(raw) for raw in (raw_msgs if isinstance(raw_msgs, list) else [])) if m is not None
-    )
-    cursor = payload.get("get_updates_buf")
-    timeout = _as_int(payload.get("longpolling_timeout_ms"))
-    return UpdatesBatch(status, messages, cursor if isinstance(cursor, str) else "", timeout if timeout > 0 else None)
-
-
-def parse_message(raw: Any) -> WireMessage | None:
-    """Decode one WeixinMessage; None when it has no sender."""
-    if not isinstance(raw, Mapping):
-        return None
-    sender = _as_str(raw.get("from_user_id"))
-    if not sender:
-        return None
-    items = raw.get("item_list")
-    kind, text = _content(items if isinstance(items, list) else [])
-    message_id = raw.get("message_id")
-    return WireMessage(
-        message_id=str(message_id) if message_id not in (None, "") else "",
-        from_user_id=sender,
-        to_user_id=_as_str(raw.get("to_user_id")),
-        create_time_ms=_as_int(raw.get("create_time_ms")),
-        message_type=_as_int(raw.get("message_type")),
-        group_id=_as_str(raw.get("group_id")),
-        context_token=_as_str(raw.get("context_token")),
-        kind=kind,
-        text=text,
-    )
-
-
-_MEDIA_KINDS = {ItemType.IMAGE: Kind.PHOTO, ItemType.FILE: Kind.FILE, ItemType.VIDEO: Kind.VIDEO}
-
-
-def _content(items: list[Any]) -> tuple[Kind, str]:
-    """Kind and text of an item list.
-
-    Text items win (their texts joined by newlines); else a voice item, with its transcript as
-    the text when WeChat made one; else the first image/file/video with empty text; else OTHER.
-    """
-    texts: list[str] = []
-    voice: list[str] | None = None
-    media: Kind | None = None
-    for item in items:
-        if not isinstance(item, Mapping):
-            continue
-        kind = _as_int(item.get("type"))
-        if kind == ItemType.TEXT:
-            text = _as_str(_sub(item, "text_item").get("text"))
-            if text:
-                texts.append(text)
-        elif kind == ItemType.VOICE:
-            voice = voice if voice is not None else []
-            transcript = _as_str(_sub(item, "voice_item").get("text"))
-            if transcript:
-                voice.append(transcript)
-        elif kind in _MEDIA_KINDS and media is None:
-            media = _MEDIA_KINDS[ItemType(kind)]
-    if texts:
-        return Kind.TEXT, "\n".join(texts)
-    if voice is not None:
-        return Kind.VOICE, "\n".join(voice)
-    if media is not None:
-        return media, ""
-    return Kind.OTHER, ""
-
-
-def to_message(wire: WireMessage, channel: str, now: datetime) -> Message:
-    """The neutral Message for a DM; `now` stands in when the server sent no create_time_ms."""
-    when = now
-    if wire.create_time_ms > 0:
-        try:
-            when = datetime.fromtimestamp(wire.create_time_ms / 1000, tz=UTC)
-        except (OverflowError, OSError, ValueError):
-            pass  # a nonsense time from the server must not stop the poll loop
-    return Message(
-        channel=channel,
-        chat_id=wire.from_user_id,
-        sender_id=wire.from_user_id,
-        text=wire.text,
-        timestamp=when,
-        is_group=False,
-        message_id=wire.message_id or None,
-        kind=wire.kind,
-    )
+    return ApiStatus(as_int(payload.get("ret")), as_int(payload.get("errcode")), as_str(payload.get("errmsg")))
 
 
 # -- QR login ---------------------------------------------------------------------------------
@@ -376,7 +249,7 @@ def parse_qrcode(payload: Any) -> QrCode | None:
     """Decode a get_bot_qrcode answer; None when it lacks the code or its content."""
     if not isinstance(payload, Mapping):
         return None
-    code, content = _as_str(payload.get("qrcode")), _as_str(payload.get("qrcode_img_content"))
+    code, content = as_str(payload.get("qrcode")), as_str(payload.get("qrcode_img_content"))
     return QrCode(code, content) if code and content else None
 
 
@@ -385,12 +258,12 @@ def parse_qr_status(payload: Any) -> QrStatus:
     if not isinstance(payload, Mapping):
         return QrStatus("wait")
     return QrStatus(
-        status=_as_str(payload.get("status")) or "wait",
-        bot_token=_as_str(payload.get("bot_token")),
-        ilink_bot_id=_as_str(payload.get("ilink_bot_id")),
-        baseurl=_as_str(payload.get("baseurl")),
-        ilink_user_id=_as_str(payload.get("ilink_user_id")),
-        redirect_host=_as_str(payload.get("redirect_host")),
+        status=as_str(payload.get("status")) or "wait",
+        bot_token=as_str(payload.get("bot_token")),
+        ilink_bot_id=as_str(payload.get("ilink_bot_id")),
+        baseurl=as_str(payload.get("baseurl")),
+        ilink_user_id=as_str(payload.get("ilink_user_id")),
+        redirect_host=as_str(payload.get("redirect_host")),
     )
 
 
@@ -413,13 +286,13 @@ class Credentials:
             data = json.loads(text)
         except ValueError:
             return None
-        if not isinstance(data, Mapping) or not _as_str(data.get("bot_token")):
+        if not isinstance(data, Mapping) or not as_str(data.get("bot_token")):
             return None
         return cls(
-            bot_token=_as_str(data.get("bot_token")),
-            ilink_bot_id=_as_str(data.get("ilink_bot_id")),
-            baseurl=_as_str(data.get("baseurl")),
-            ilink_user_id=_as_str(data.get("ilink_user_id")),
+            bot_token=as_str(data.get("bot_token")),
+            ilink_bot_id=as_str(data.get("ilink_bot_id")),
+            baseurl=as_str(data.get("baseurl")),
+            ilink_user_id=as_str(data.get("ilink_user_id")),
         )
 
     def __repr__(self) -> str:  # never print the token
@@ -429,12 +302,14 @@ class Credentials:
 # -- small readers ----------------------------------------------------------------------------
 
 
-def _sub(item: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+def sub_object(item: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """item[key] when it is an object, else an empty one."""
     value = item.get(key)
     return value if isinstance(value, Mapping) else {}
 
 
-def _as_int(value: Any) -> int:
+def as_int(value: Any) -> int:
+    """An int field, also from a decimal string (ids can exceed JSON's safe integers); 0 otherwise."""
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
@@ -444,7 +319,8 @@ def _as_int(value: Any) -> int:
     return 0
 
 
-def _as_str(value: Any) -> str:
+def as_str(value: Any) -> str:
+    """A string field (an int becomes its decimal text); "" otherwise."""
     if isinstance(value, str):
         return value
     if isinstance(value, int) and not isinstance(value, bool):

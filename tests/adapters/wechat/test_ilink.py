@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from adapters.wechat.ilink import inbound
 from adapters.wechat.ilink import protocol as proto
 from bot.channel import Channel
 from adapters.wechat.ilink.login import login
@@ -124,7 +125,7 @@ _JSON = st.recursive(
 
 @given(_JSON)
 def test_parsers_never_raise_on_junk(payload: object) -> None:
-    batch = proto.parse_updates(payload)
+    batch = inbound.parse_updates(payload)
     assert isinstance(batch.cursor, str)
     proto.parse_qr_status(payload)
     proto.parse_qrcode(payload)
@@ -132,15 +133,15 @@ def test_parsers_never_raise_on_junk(payload: object) -> None:
 
 def test_uint64_message_ids_survive() -> None:
     raw = {"msgs": [{"from_user_id": ALICE, "message_id": 2**63 + 5, "item_list": [{"type": 1, "text_item": {"text": "hi"}}]}]}
-    assert proto.parse_updates(raw).messages[0].message_id == str(2**63 + 5)
+    assert inbound.parse_updates(raw).messages[0].message_id == str(2**63 + 5)
 
 
 @given(st.integers(min_value=-(2**70), max_value=2**70))
 def test_any_create_time_gives_a_timestamp(ms: int) -> None:
     raw = {"msgs": [{"from_user_id": ALICE, "create_time_ms": ms, "item_list": []}]}
-    (wire,) = proto.parse_updates(raw).messages
+    (wire,) = inbound.parse_updates(raw).messages
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    message = proto.to_message(wire, "wechat", now)
+    message = inbound.to_message(wire, "wechat", now)
     assert message.timestamp.tzinfo is not None
     assert message.kind == Kind.OTHER
 
