@@ -8,7 +8,8 @@ without it; `WechatyAdapter.start()` raises ChannelError naming the extra when i
 We use the SDK's user objects (`Message.load`, `ready`, `talker`, `room`, `mention_self`,
 `is_self`) and its puppet's `message_send_text`, but not `Wechaty.start()`: that one swallows
 errors, sleeps 60 s and retries forever on a network error, and stops the whole event loop on a
-puppet error. Instead `start()` does its steps itself and fails with a ChannelError.
+puppet error. Instead `start()` does its steps itself and fails with a ChannelError. Loading the
+SDK (pins, patch, loggers) is wechaty_sdk.py's.
 """
 
 from __future__ import annotations
@@ -19,15 +20,14 @@ import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import metadata
 from typing import Any
 from urllib.parse import urlsplit
 
-from bot.channel import InboundHandler
 from adapters.plaintext import markdown_to_plain
 from adapters.split import split_message
+from adapters.wechat.wechaty_sdk import TOKEN_LOGGERS, RedactSecret, WechatySdk, load_wechaty_sdk
+from bot.channel import InboundHandler
 from bot.errors import ChannelError, ConfigError
 from bot.message import Kind, Message, Reply
 
@@ -36,22 +36,9 @@ log = logging.getLogger(__name__)
 TEXT_LIMIT = 2000  # characters per WeChat text message
 CALL_TIMEOUT = 30.0  # seconds for one puppet RPC
 CONNECT_TIMEOUT = 10.0  # seconds to reach the puppet service and have it start
-INSTALL_HINT = (
-    "the wechaty channel needs the optional SDK: install memgate[wechaty] in its own virtualenv "
-    "(wechaty==0.10.7 with pyee==11.1.1 and urllib3<2; see docs/wechaty.md)"
-)
 _SEEN_IDS = 1024  # message ids remembered to drop the puppet's duplicate message events
 # Timestamps above this (2038-01-01 in seconds) can only be milliseconds: the SDK's own rule.
 _MILLIS_FROM = 2_145_888_000
-# Loggers the SDK creates with its own stderr handler at INFO (message bodies included).
-_SDK_LOGGERS = (
-    "Accessory", "Config", "Contact", "ContactSelf", "Favorite", "FileBox", "FriendShip", "Image",
-    "Message", "MiniProgram", "PuppetService", "Room", "RoomInvitation", "Tag", "UrlLink", "Wechaty",
-    "WechatyPuppet", "WechatyPuppet.Schema.Base", "WechatyPuppet.Schemas.Event",
-    "WechatyPuppetServiceConfig", "wechaty.plugin",
-)  # fmt: skip
-# The token travels as the HTTP/2 :authority header, and hpack logs headers at DEBUG.
-_TOKEN_LOGGERS = (*_SDK_LOGGERS, "hpack.hpack", "hpack.table")
 _KINDS = {
     "MESSAGE_TYPE_TEXT": Kind.TEXT,
     "MESSAGE_TYPE_IMAGE": Kind.PHOTO,
@@ -119,83 +106,6 @@ def reply_parts(text: str, limit: int = TEXT_LIMIT) -> list[str]:
     return parts
 
 
-# -- the SDK, imported on demand ------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class WechatySdk:
-    """The few SDK names the adapter uses, imported with the compatibility fixes applied."""
-
-    wechaty: Any  # wechaty.Wechaty
-    options: Any  # wechaty.WechatyOptions
-    puppet_options: Any  # wechaty_puppet.PuppetOptions
-    scheduler: Any  # apscheduler AsyncIOScheduler: in memory, unlike the SDK's sqlite default
-    errors: tuple[type[BaseException], ...]  # what a failed puppet call raises
-
-
-def load_wechaty_sdk() -> WechatySdk:
-    """Import wechaty 0.10.7 after applying its Python 3.11 fixes; ChannelError when absent."""
-    try:
-        _check_versions()
-        from wechaty_puppet.schemas.puppet import PuppetOptions
-
-        # WechatyOptions has `puppet_options: PuppetOptions = PuppetOptions()`; Python 3.11's
-        # dataclasses reject an unhashable default (PuppetOptions is an eq dataclass, so its
-        # __hash__ is None) and `import wechaty` fails. Restoring identity hashing is harmless.
-        PuppetOptions.__hash__ = object.__hash__  # type: ignore[assignment,method-assign]
-        import wechaty_puppet_service  # noqa: F401  (so its logger exists before we tame it)
-        from apscheduler.schedulers.asyncio import AsyncIOScheduler
-        from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
-        from wechaty import Wechaty, WechatyOptions
-        from wechaty_puppet.exceptions import WechatyPuppetError
-    except ImportError as exc:
-        raise ChannelError(INSTALL_HINT) from exc
-    _tame_sdk_loggers()
-    errors = (GRPCError, ProtocolError, StreamTerminatedError, WechatyPuppetError, OSError, TimeoutError)
-    return WechatySdk(Wechaty, WechatyOptions, PuppetOptions, AsyncIOScheduler, errors)
-
-
-def _check_versions() -> None:
-    """Fail with the exact pin when the installed pyee or urllib3 would break `import wechaty`."""
-    try:
-        metadata.version("wechaty")
-        pyee, urllib3 = metadata.version("pyee"), metadata.version("urllib3")
-    except metadata.PackageNotFoundError as exc:
-        raise ChannelError(INSTALL_HINT) from exc
-    # pyee 12 dropped the top-level AsyncIOEventEmitter; urllib3 2 dropped get_host.
-    if _major(pyee) >= 12 or _major(urllib3) >= 2:
-        raise ChannelError(f"{INSTALL_HINT}; found pyee {pyee}, urllib3 {urllib3}")
-
-
-def _major(version: str) -> int:
-    head = version.split(".", 1)[0]
-    return int(head) if head.isdigit() else 0
-
-
-def _tame_sdk_loggers() -> None:
-    """Route the SDK's loggers into ours at WARNING: by default each prints INFO to stderr itself."""
-    for name in _SDK_LOGGERS:
-        logger = logging.getLogger(name)
-        logger.handlers.clear()
-        logger.propagate = True
-        logger.setLevel(logging.WARNING)
-
-
-class _Redact(logging.Filter):
-    """Masks the puppet token: the SDK logs it in a warning whenever end point and token are both
-    set, and hpack logs it (as the :authority header) at DEBUG."""
-
-    def __init__(self, secret: str) -> None:
-        super().__init__()
-        self._secret = secret
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        if self._secret and self._secret in text:
-            record.msg, record.args = text.replace(self._secret, "***"), None
-        return True
-
-
 # -- the channel ----------------------------------------------------------------------------
 
 
@@ -243,7 +153,7 @@ class WechatyAdapter:
         self._sends = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        self._redact = _Redact(token)
+        self._redact = RedactSecret(token)
 
     def is_up(self) -> bool:
         """Receiving: the puppet's event stream is open."""
@@ -254,7 +164,7 @@ class WechatyAdapter:
         if self._listener is not None:
             raise ChannelError(f"{self.name}: already started")
         sdk = self._sdk = self._load_sdk()
-        for name in _TOKEN_LOGGERS:
+        for name in TOKEN_LOGGERS:
             logging.getLogger(name).addFilter(self._redact)
         self._scheduler = sdk.scheduler()
         options = sdk.options(
@@ -444,5 +354,5 @@ class WechatyAdapter:
                     puppet.channel.close()
         if self._scheduler is not None and self._scheduler.running:
             self._scheduler.shutdown(wait=False)
-        for name in _TOKEN_LOGGERS:
+        for name in TOKEN_LOGGERS:
             logging.getLogger(name).removeFilter(self._redact)

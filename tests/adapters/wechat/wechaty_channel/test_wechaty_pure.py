@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters.wechat import wechaty_adapter as ww
+from adapters.wechat import wechaty_sdk as sdk
 from bot.channel import Channel
 from bot.errors import ChannelError, ConfigError
 from bot.message import Kind, Message, Reply
@@ -30,20 +31,20 @@ def test_start_without_the_sdk_raises_a_channel_error_naming_the_extra(monkeypat
     # None in sys.modules makes `import wechaty` raise ImportError, as when the extra is absent.
     monkeypatch.setitem(sys.modules, "wechaty", None)
     with pytest.raises(ChannelError, match=r"memgate\[wechaty\]"):
-        ww.load_wechaty_sdk()
+        sdk.load_wechaty_sdk()
 
 
 @pytest.mark.parametrize(("package", "bad"), [("pyee", "13.0.1"), ("urllib3", "2.2.3")])
 def test_a_too_new_pin_is_named_in_the_error(monkeypatch: pytest.MonkeyPatch, package: str, bad: str) -> None:
     good = {"wechaty": "0.10.7", "pyee": "11.1.1", "urllib3": "1.26.20"}
-    monkeypatch.setattr(ww.metadata, "version", lambda name: bad if name == package else good[name])
+    monkeypatch.setattr(sdk.metadata, "version", lambda name: bad if name == package else good[name])
     with pytest.raises(ChannelError, match=f"{package} {bad}"):
-        ww.load_wechaty_sdk()
+        sdk.load_wechaty_sdk()
 
 
 async def test_adapter_start_maps_a_missing_sdk_to_channel_error() -> None:
-    def missing() -> ww.WechatySdk:
-        raise ChannelError(ww.INSTALL_HINT)
+    def missing() -> sdk.WechatySdk:
+        raise ChannelError(sdk.INSTALL_HINT)
 
     adapter = ww.WechatyAdapter("127.0.0.1:9", "t", sdk_loader=missing)
     assert isinstance(adapter, Channel)
