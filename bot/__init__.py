@@ -1,6 +1,6 @@
-"""memgate's gateway: the channel port, access, queues, commands, the agent loop, tools, scheduler.
+"""memgate's gateway: the port channels implement (message, channel, errors), access/, delivery/, turn/, operator/, api/, the composition root (app) and the command line (cli/).
 
-May import memory/ (through memory.engine and its public types); only bot.app and bot.cli import adapters/.
+May import memory/ (through memory.engine and its public types); inside bot/ imports point down tests/test_layers.py's BOT_ORDER; only bot.app and bot.cli.run import adapters/.
 """
 
 from bot.message import Document, Image, Kind, Message, Reply

@@ -1,4 +1,5 @@
-"""The layering the folders promise: adapters -> bot -> memory, and no import circles.
+"""The layering the folders promise: adapters -> bot -> memory, inside bot/ the order of its parts
+(BOT_ORDER), and no import circles.
 
 Every module's imports are read with `ast` (function-level and TYPE_CHECKING imports count too:
 a deferred import still ties two modules together). An edge to a package is to its `__init__`,
@@ -14,8 +15,28 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("memory", "bot", "adapters")
 # Lower number = lower layer; an import may only point to the same or a lower layer.
 LAYER = {"memory": 0, "bot": 1, "adapters": 2}
-# The composition root and the CLI build the concrete adapters: the only upward arrows allowed.
+# The composition root and the CLI's run/chat command build the concrete adapters: the only
+# upward arrows allowed.
 COMPOSITION = {"bot.app", "bot.cli.run"}
+# bot/'s parts, lowest first: a module may import its own part, its rank's and the ranks below.
+# A part is a package (every module under it) or a module at the top of bot/.
+BOT_ORDER: tuple[tuple[str, ...], ...] = (
+    ("bot", "bot.message", "bot.channel", "bot.errors", "bot.observe"),   # the port adapters implement, the observer seam
+    ("bot.config", "bot.logs", "bot.usage", "bot.job_views", "bot.scheduler", "bot.model_servers"),  # shared by all
+    ("bot.access",),      # who may talk, and which spaces they reach
+    ("bot.delivery",),    # inbox, outbox, cluster ownership
+    ("bot.turn",),        # gateway, queues, agent, tools, sessions, commands, views
+    ("bot.operator",),    # the operator's work; its line to a running gateway is the admin API client
+    ("bot.api",),         # the HTTP API, served by the running gateway
+    ("bot.app",),         # the composition root
+    ("bot.cli",),         # the command line: builds the app for run/chat, else goes through bot.operator
+)
+# What adapters may use of bot/: the port only.
+PORT = {"bot", "bot.channel", "bot.message", "bot.errors"}
+# The operator's side gets a running gateway through the admin API client only, and its own
+# gateway (run, chat) from the composition root: never the turn, delivery or the API directly.
+OPERATOR_SIDE = ("bot.cli", "bot.operator")
+NOT_FOR_THE_OPERATOR_SIDE = ("bot.turn", "bot.delivery", "bot.api")
 
 
 def module_name(path: Path) -> str:
@@ -86,6 +107,29 @@ def back_arrows(graph: dict[str, set[str]]) -> list[str]:
     return bad
 
 
+def bot_part(module: str) -> str | None:
+    """The BOT_ORDER part a bot module belongs to (the longest matching name), or None."""
+    found = [name for rank in BOT_ORDER for name in rank if module == name or module.startswith(name + ".")]
+    return max(found, key=len) if found else None
+
+
+def bot_rank(module: str) -> int | None:
+    part = bot_part(module)
+    return next((i for i, rank in enumerate(BOT_ORDER) if part in rank), None)
+
+
+def bot_back_arrows(graph: dict[str, set[str]]) -> list[str]:
+    """Arrows inside bot/ that point to a higher part than their own."""
+    bad = []
+    for source, targets in sorted(graph.items()):
+        if not source.startswith("bot"):
+            continue
+        for target in sorted(t for t in targets if t.startswith("bot")):
+            if (bot_rank(target) or 0) > (bot_rank(source) or 0):
+                bad.append(f"{source} -> {target}")
+    return bad
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan)."""
     index: dict[str, int] = {}
@@ -137,6 +181,38 @@ def test_the_checker_sees_a_circle_and_a_back_arrow():
     assert cycles(graph) == [["memory.a", "memory.b"]]
     assert back_arrows(graph) == ["memory.b -> bot.x"]
     assert back_arrows({"bot.app": {"adapters.console"}}) == []
+    assert back_arrows({"bot.cli.memory": {"adapters.console"}}) == ["bot.cli.memory -> adapters.console"]
+
+
+def test_inside_bot_imports_point_down_the_order_of_its_parts():
+    assert bot_back_arrows(import_graph()) == []
+
+
+def test_every_bot_module_has_a_place_in_the_order():
+    assert [m for m in all_modules() if m.startswith("bot") and bot_part(m) is None] == []
+
+
+def test_the_order_checker_sees_an_upward_arrow_inside_bot():
+    graph = {"bot.turn.commands": {"bot.cli.keys", "bot.access.policy"}, "bot.access.policy": {"bot.turn.gateway"},
+             "bot.cli.keys": {"bot.turn.commands"}, "bot.config": {"bot.errors"}}
+    assert bot_back_arrows(graph) == ["bot.access.policy -> bot.turn.gateway", "bot.turn.commands -> bot.cli.keys"]
+    assert bot_part("bot.turn.views.pulse") == "bot.turn" and bot_part("bot") == "bot"
+
+
+def test_adapters_use_only_the_port_of_bot():
+    graph = import_graph()
+    wider = [f"{source} -> {target}" for source, targets in sorted(graph.items()) if source.startswith("adapters")
+             for target in sorted(targets) if target.startswith("bot") and target not in PORT]
+    assert wider == []
+
+
+def test_the_operator_side_reaches_a_gateway_only_through_the_api_client():
+    graph = import_graph()
+    direct = [f"{source} -> {target}" for source, targets in sorted(graph.items()) if source.startswith(OPERATOR_SIDE)
+              for target in sorted(targets) if target.startswith(NOT_FOR_THE_OPERATOR_SIDE)]
+    assert direct == []
+    # ...and the client is the only way out of the operator's package to a gateway's address.
+    assert "bot.operator.gateway_client" in graph["bot.operator.remote"]
 
 
 def test_every_package_says_what_it_holds_and_may_import():
@@ -150,4 +226,5 @@ def test_every_package_says_what_it_holds_and_may_import():
 if __name__ == "__main__":
     graph = import_graph()
     print("back-arrows:", *back_arrows(graph) or ["none"], sep="\n  ")
+    print("back-arrows inside bot/:", *bot_back_arrows(graph) or ["none"], sep="\n  ")
     print("circles:", *[" <-> ".join(c) for c in cycles(graph)] or ["none"], sep="\n  ")
