@@ -1,7 +1,7 @@
 """What `memgate jobs` and /jobs show of the background jobs: the status values and their text.
 
 No database and no scheduler here: the command line imports this to print what a running
-gateway sent (bot.operator), and must stay quick to start.
+gateway sent (bot.operator.remote), and must stay quick to start.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """DM pairing: a stranger gets a code, the owner (or an admin) approves or denies it.
 
-Requests live in `pairing_requests` (created by migration 200 in bot/access.py). A stranger keeps
+Requests live in `pairing_requests` (created by migration 200 in bot/access/schema.py). A stranger keeps
 the same code while it is valid; a denied stranger hears "declined" for the pairing TTL.
 
 Strangers cannot starve each other: the waiting list is bounded (`max_pending`) and a new

@@ -1,8 +1,8 @@
 """Admin routes the command line uses while the gateway runs (`memgate keys|jobs|memory|reembed`
-through the local admin token, bot.operator.RemoteOperator): keys, full job statuses, memory
+through the local admin token, bot.operator.remote.RemoteOperator): keys, full job statuses, memory
 search and list across spaces or for one person, export (streamed), import and reembed (jobs the
 CLI polls), and the server's clock (so `keys list` judges expiry by the gateway's time).
-The answers use bot.operator's wire format and bot.operator_local's functions, so the CLI prints
+The answers use bot.operator.protocol's wire format and bot.operator.local's functions, so the CLI prints
 exactly what it prints offline.
 """
 

@@ -33,7 +33,7 @@ from memory.engine import MemoryEngine
 
 log = logging.getLogger(__name__)
 # ADDRESS_FILE ({"url", "pid"}: where the running gateway listens) and TOKEN_FILE (a local admin key
-# valid while it runs) are read by the CLI, so their names live in bot.gateway_client.
+# valid while it runs) are read by the CLI, so their names live in bot.operator.gateway_client.
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 functions the running gateway's admin routes share with it (bot.api.routes_operator), so that
 `memgate memory|pairing|keys|jobs|reembed` do exactly the same thing either way.
 
-The heavy part of the command line (DuckDB, the embedding model): bot.cli imports it only when no
+The heavy part of the command line (DuckDB, the embedding model): bot.cli.reach imports it only when no
 gateway answers.
 """
 

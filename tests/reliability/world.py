@@ -56,7 +56,7 @@ def public_marker(i: int) -> str:
 
 @dataclass
 class _Model:
-    """Who may read which space, as the world understands it (independent of bot/access.py)."""
+    """Who may read which space, as the world understands it (independent of bot/access/)."""
 
     main: dict[int, str] = field(default_factory=dict)     # person -> the space they write to
     kept: dict[int, set[str]] = field(default_factory=dict)

@@ -1,6 +1,6 @@
 """Plain-text views for chat commands and tools: /tasks, task_summary, /skills, /skill NAME.
 
-(/jobs and `memgate jobs` use bot.scheduler.format_jobs, beside the JobStatus it formats.)
+(/jobs and `memgate jobs` use bot.job_views.format_jobs, beside the JobStatus it formats.)
 
 Pure functions of the views they get; no I/O. Plain text, because every
 channel can show it and the adapters add formatting with a plain-text fallback themselves.
