@@ -15,23 +15,23 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bot.channel import Channel, HasLocalCommands, ReportsTrouble, ShowsCommandMenu
+from bot.access.linking import LINKING_MIGRATIONS, Linking
+from bot.access.pairing import Pairing
 from bot.access.policy import Access
 from bot.access.schema import ACCESS_MIGRATIONS
-from bot.turn.agent import Agent, AgentSettings
-from bot.turn.commands import Commands
+from bot.channel import Channel, HasLocalCommands, ReportsTrouble, ShowsCommandMenu
 from bot.config import Settings
-from bot.turn.gateway import Gateway, GatewaySettings
-from bot.access.linking import LINKING_MIGRATIONS, Linking
-from bot.model_servers import down_hint, shown_address
-from bot.access.pairing import Pairing
 from bot.delivery.inbox import INBOX_MIGRATIONS
 from bot.delivery.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
+from bot.model_servers import down_hint, shown_address
+from bot.observe import Observers
+from bot.turn.agent import Agent, AgentSettings
+from bot.turn.commands import Commands
+from bot.turn.gateway import Gateway, GatewaySettings
 from bot.turn.sessions import SESSION_MIGRATIONS, Sessions
 from bot.turn.task_wiring import TaskHost, wire_tasks
 from bot.turn.tools import ToolBox
 from bot.usage import USAGE_MIGRATIONS, UsageRecorder
-from bot.observe import Observers
 from memory.embed import Embedder, LiteLLMEmbedder, LocalE5Embedder
 from memory.engine import MemoryEngine
 from memory.ingest.worker import IngestSettings

@@ -24,10 +24,10 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.errors import ConfigError, StoreError
+from bot.job_views import JobStatus, format_duration, format_interval, format_jobs  # noqa: F401 (re-exported)
+from memory.store.connection import Conn, Migration, Store
 from memory.store.locks import LockSpace, lock_key
 from memory.store.rows import utc_naive
-from memory.store.connection import Conn, Migration, Store
-from bot.job_views import JobStatus, format_duration, format_interval, format_jobs  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bot.cli.setup_files import SetupChoices, write_setup
 from bot.config import load_settings
 from bot.errors import ConfigError, MemgateError
 from bot.model_servers import KNOWN_SERVERS, OLLAMA, FoundServer, detect, down_hint, probe, shown_address
-from bot.cli.setup_files import SetupChoices, write_setup
 
 TELEGRAM_API = "https://api.telegram.org/bot"
 OWNER_WAIT_SECONDS = 120.0

@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 
 from bot.channel import Channel
-from bot.errors import ChannelError, StoreWriteError
 from bot.delivery.cluster import Cluster
 from bot.delivery.inbox import Inbox, InboxStatus
+from bot.errors import ChannelError, StoreWriteError
 from bot.message import Document, Image, Reply
 from bot.observe import NoObserver, TurnObserver
 from memory.store.connection import Conn, Migration, Store

@@ -12,13 +12,13 @@ import asyncio
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
-from bot.access.identities import CONSOLE_CHANNEL
-from bot.access.policy import Access, Allowed
 from bot.access.api_keys import ApiKey, Keys
+from bot.access.identities import CONSOLE_CHANNEL
+from bot.access.pairing import Pairing
+from bot.access.policy import Access, Allowed
 from bot.errors import ConfigError
 from bot.message import Message
 from bot.operator.protocol import ImportSummary, MemoryLine, OnBad, PendingLine, Person, Progress, user_space
-from bot.access.pairing import Pairing
 from bot.scheduler import JobStatus, load_job_statuses
 from memory.embed import Embedder
 from memory.engine import MemoryEngine

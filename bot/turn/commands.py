@@ -17,15 +17,15 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from bot.access.identities import Role
-from bot.access.policy import Access, Allowed
-from bot.channel import MenuCommand
 from bot.access.linking import Linking
 from bot.access.pairing import APPROVED_TEXT, Pairing
+from bot.access.policy import Access, Allowed
+from bot.channel import MenuCommand
 from bot.errors import MemgateError
 from bot.message import Document, Image, Message, Reply
 from bot.turn.tools import ToolContext
-from memory.ingest.capture import pending_count
 from memory.engine import MemoryEngine
+from memory.ingest.capture import pending_count
 from memory.recall.block import humanize_age
 from memory.text import trim
 

@@ -19,17 +19,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from bot.access.policy import Access, Allowed, Refused
 from bot.channel import Channel, OneReceiver, ReportsHealth
 from bot.delivery.cluster import Cluster
-from bot.access.policy import Access, Allowed, Refused
+from bot.delivery.inbox import Inbox, InboxEntry, platform_key
+from bot.delivery.outbox import Outbox, OutboxSettings
+from bot.errors import ChannelError, StoreWriteError
+from bot.message import Kind, Message, Reply
+from bot.observe import NoObserver, TurnObserver, TurnOutcome
 from bot.turn.agent import Agent, TurnRequest, TurnResult
 from bot.turn.commands import CommandContext, Commands
 from bot.turn.queues import ConversationQueues
-from bot.errors import ChannelError, StoreWriteError
-from bot.delivery.inbox import Inbox, InboxEntry, platform_key
-from bot.delivery.outbox import Outbox, OutboxSettings
-from bot.message import Kind, Message, Reply
-from bot.observe import NoObserver, TurnObserver, TurnOutcome
 from bot.turn.sessions import Sessions
 from bot.turn.tools import ToolContext
 from memory.text import find_secrets

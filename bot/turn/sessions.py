@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from memory.store.rows import new_id, utc_naive
 from memory.store.connection import Conn, Migration, Store
+from memory.store.rows import new_id, utc_naive
 from memory.text import estimate_tokens
 
 SESSION_MIGRATIONS = (

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.scheduler import JobSpec
-from bot.turn.views.tasks import format_skill, format_skills, format_task, format_tasks
 from bot.turn.tools import PUBLIC_WRITE_REFUSED, ToolBox, ToolContext, function_schema
+from bot.turn.views.tasks import format_skill, format_skills, format_task, format_tasks
 from memory.embed import Embedder
-from memory.tasks.skills import SkillEvolver
 from memory.tasks.processor import TaskProcessor
+from memory.tasks.skills import SkillEvolver
 
 if TYPE_CHECKING:
     from bot.turn.agent import Agent

@@ -32,9 +32,8 @@ from adapters.retry_after import retry_delay
 from adapters.trouble import TroubleHook, TroubleNotices
 from adapters.wechat.ilink import protocol as proto
 from adapters.wechat.ilink.client import TransportError, post
-from adapters.wechat.ilink.outbound import LOGIN_HINT, RETRY_AFTER_CAP_S, SEND_ATTEMPTS, Sender, split_reply, text_parts
 from adapters.wechat.ilink.inbound import UpdatesBatch, parse_updates, to_message
-from adapters.wechat.ilink.protocol import Credentials
+from adapters.wechat.ilink.outbound import LOGIN_HINT, RETRY_AFTER_CAP_S, SEND_ATTEMPTS, Sender, split_reply, text_parts
 from adapters.wechat.ilink.state import (
     credentials_path,
     file_stamp,
@@ -96,7 +95,7 @@ class WechatIlinkAdapter:
         self._check_interval = credentials_check_interval
         self._now = now
         self._sleep = sleep  # the waits between retries (tests record what Retry-After asked)
-        self._creds: Credentials | None = None
+        self._creds: proto.Credentials | None = None
         self._creds_stamp: tuple[int, int, int] | None = None
         self._cursor = ""
         self._context_tokens: dict[str, str] = {}
@@ -333,7 +332,7 @@ class WechatIlinkAdapter:
             log.info("wechat: new login found for bot %s; polling resumes", creds.ilink_bot_id)
             return
 
-    def _use_credentials(self, creds: Credentials) -> None:
+    def _use_credentials(self, creds: proto.Credentials) -> None:
         """Adopt a login; cursor and context tokens belong to one bot account, so load (or reset) them."""
         self._creds = creds
         self._creds_stamp = file_stamp(credentials_path(self.data_dir))

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from memory.store.rows import utc_naive
-from memory.tasks.skill_library import SkillVersionView, SkillView
 from memory.tasks.processor import TaskView
+from memory.tasks.skill_library import SkillVersionView, SkillView
 from memory.text import trim
 
 _STATUS_MARK = {"open": "…", "completed": "✓", "skipped": "–"}
