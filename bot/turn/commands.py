@@ -377,7 +377,7 @@ class Commands:
         scheduler = self.extra.get("scheduler")
         if scheduler is None:
             return "No scheduler is running."
-        from bot.scheduler import format_jobs
+        from bot.job_views import format_jobs
 
         return format_jobs(scheduler.status())
 
