@@ -10,9 +10,10 @@ entities.
 
 Entities, English: capitalised word runs ("Ana", "New York", "Bank of America") without
 stopwords wherever they stand ("To", "The", "I'm"), possessives ("Ada's" -> "Ada"), weekday and
-month names. A sentence's first word is capitalised anyway, so it belongs to a name only when the
-same texts never write it in lower case ("Visited Lisbon": "visited" appears elsewhere, "Ana"
-never does): truecasing over the memories at hand.
+month names. A sentence's first word is capitalised anyway, so it is weighed against how the
+memories at hand write it (truecasing): a name if they capitalise it mid-sentence ("with Ana"),
+not if they write it in lower case ("Visited": "visited" elsewhere) or it is inflected like a verb
+or adjective ("Prefers", "Allergic"); a name otherwise.
 
 Edges: two entities in the same memory co-occur. With N memories, n(a) memories naming a and
 n(a,b) naming both, weight = n(a,b) and lift = n(a,b) * N / (n(a) * n(b)) (> 1: they appear
@@ -58,25 +59,51 @@ class Entity:
     kind: str                  # person | place | organisation | name
 
 
-def lowercase_words(texts: Iterable[str]) -> frozenset[str]:
-    """Every word the texts write in lower case (the evidence that a capitalised one is no name)."""
-    return frozenset(w for t in texts for w in (m.group() for m in _WORD.finditer(t)) if w.islower())
+@dataclass(frozen=True, slots=True)
+class Casing:
+    """How the texts at hand write their words: the evidence for a sentence's capitalised first word."""
+
+    lower: frozenset[str]      # written in lower case somewhere: a common word ("visited")
+    proper: frozenset[str]     # capitalised inside a sentence somewhere: a name ("with Ana")
 
 
-def entities(text: str, lowercase: frozenset[str] | None = None) -> set[Entity]:
+def casing(texts: Iterable[str]) -> Casing:
+    """The Casing of `texts` (lower-cased keys)."""
+    lower, proper = set(), set()
+    for text in texts:
+        for m in _WORD.finditer(text):
+            w = m.group()
+            if w.islower():
+                lower.add(w)
+            elif w[0].isupper() and not _starts_sentence(text, m.start()):
+                proper.add(w.lower().replace("’", "'").split("'")[0])
+    return Casing(frozenset(lower), frozenset(proper))
+
+
+def _starts_sentence(text: str, at: int) -> bool:
+    before = text[:at].rstrip(" \t\"'“‘([")
+    return not before or bool(_SENTENCE_END.match(before[-1]))
+
+
+# Endings of inflected English words: a capitalised sentence opener with one of them and no other
+# evidence is a verb or adjective ("Prefers", "Visited", "Running", "Allergic"), not a name.
+_INFLECTED = re.compile(r"(?:[^s]s|ed|ing|ly|ic|ous|ful|ive|able|ible)$")
+
+
+def entities(text: str, case: Casing | None = None) -> set[Entity]:
     """The entities one text mentions (deduplicated, labels as written).
 
-    `lowercase`: the words written in lower case across the texts at hand (default: this text's).
+    `case`: how the texts at hand write their words (default: this text's own).
     """
-    found = {Entity(label, "name") for label in latin_names(text, lowercase)}
+    found = {Entity(label, "name") for label in latin_names(text, case)}
     if has_cjk(text):
         found |= cjk_entities(text)
     return found
 
 
-def latin_names(text: str, lowercase: frozenset[str] | None = None) -> list[str]:
+def latin_names(text: str, case: Casing | None = None) -> list[str]:
     """The capitalised name runs of `text`, in order (see the module docstring for what is dropped)."""
-    seen_lower = lowercase_words([text]) if lowercase is None else lowercase
+    case = casing([text]) if case is None else case
     names: list[str] = []
     run: list[str] = []
     pending: list[str] = []          # connectors waiting for the next capitalised word
@@ -92,7 +119,7 @@ def latin_names(text: str, lowercase: frozenset[str] | None = None) -> list[str]
 
     for m in _WORD.finditer(text):
         word, gap = m.group(), text[last_end:m.start()]
-        starts_sentence = not text[:m.start()].strip() or bool(_SENTENCE_END.search(gap))
+        starts_sentence = _starts_sentence(text, m.start())
         if gap.strip() and gap.strip() not in ("-",):   # punctuation between words ends a run
             close()
         last_end = m.end()
@@ -112,7 +139,7 @@ def latin_names(text: str, lowercase: frozenset[str] | None = None) -> list[str]
         if lower in NOT_NAMES or _calendar_abbreviation(lower, text, m.end()) or len(base) < 2 and base != base.upper():
             close()
             continue
-        if starts_sentence and lower in seen_lower:      # "Visited Lisbon": a verb, written lower case elsewhere
+        if starts_sentence and not run and not _opener_is_name(lower, case):
             close()
             continue
         run.extend(pending)
@@ -122,6 +149,15 @@ def latin_names(text: str, lowercase: frozenset[str] | None = None) -> list[str]
             close()
     close()
     return names
+
+
+def _opener_is_name(lower: str, case: Casing) -> bool:
+    """A sentence's capitalised first word: a name if the texts also capitalise it mid-sentence;
+    not if they write it in lower case ("Visited Lisbon") or it is inflected like a verb or an
+    adjective ("Prefers tea", "Allergic to peanuts"); otherwise a name ("Ana lives in Lisbon")."""
+    if lower in case.proper:
+        return True
+    return lower not in case.lower and not _INFLECTED.search(lower)
 
 
 def _calendar_abbreviation(lower: str, text: str, end: int) -> bool:
@@ -210,14 +246,14 @@ def node_id(e: Entity) -> str:
 def graph(memories: Iterable[tuple[str, str]], limit: int = 30, evidence: int = 5) -> Graph:
     """The `limit` most mentioned entities of (memory id, text) pairs and their co-occurrence edges."""
     memories = list(memories)
-    lowercase = lowercase_words(text for _, text in memories)
+    case = casing(text for _, text in memories)
     per_memory: list[tuple[str, set[str]]] = []
     labels: dict[str, Entity] = {}
     counts: Counter[str] = Counter()
     mentions: dict[str, list[str]] = {}
     for mid, text in memories:
         ids = set()
-        for e in entities(text, lowercase):
+        for e in entities(text, case):
             nid = node_id(e)
             labels.setdefault(nid, e)
             ids.add(nid)

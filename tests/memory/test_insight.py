@@ -40,6 +40,11 @@ def test_a_sentence_opener_written_lower_case_elsewhere_is_no_name():
     g = graph([("m1", "Visited Porto with Ana"), ("m2", "Ana visited Lisbon"), ("m3", "Likes Ana's cooking"),
                ("m4", "she likes tea")])
     assert {n.label for n in g.nodes} == {"Porto", "Ana", "Lisbon"}
+    # Facts are often written without a subject: an inflected opener is a verb or adjective, a bare
+    # one a name; a name capitalised mid-sentence anywhere is a name everywhere.
+    g = graph([("1", "Prefers green tea"), ("2", "Runs every morning"), ("3", "Allergic to peanuts"),
+               ("4", "Miso the cat is three"), ("5", "James likes tea"), ("6", "Visited Porto with James")])
+    assert {n.label for n in g.nodes} == {"Miso", "James", "Porto"}
 
 
 def test_chinese_people_places_and_organisations_by_part_of_speech():
