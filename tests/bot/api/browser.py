@@ -13,7 +13,8 @@ import pytest
 
 from memory.store.rows import add_sources
 
-CHROMIUM = Path("/usr/bin/chromium")
+# Debian's package; MEMGATE_CHROMIUM names another build of the same browser (never a download).
+CHROMIUM = Path(os.environ.get("MEMGATE_CHROMIUM") or "/usr/bin/chromium")
 INSTALL = "apt-get install -y chromium fonts-wqy-zenhei"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -23,10 +24,11 @@ MIN_FONT_PX = 11
 SCREENSHOTS_ENV = "MEMGATE_SCREENSHOTS"
 
 
-def skip_reason() -> str | None:
+def skip_reason(chromium: Path | None = None) -> str | None:
     """Why the browser tests cannot run here, in one line that says how to fix it (None: they can)."""
-    if not CHROMIUM.exists():
-        return f"Chromium is missing ({CHROMIUM}): install it with `{INSTALL}`"
+    chromium = chromium or CHROMIUM
+    if not chromium.exists():
+        return f"Chromium is missing ({chromium}): install it with `{INSTALL}`"
     try:
         from playwright.async_api import async_playwright  # noqa: F401
     except ImportError:

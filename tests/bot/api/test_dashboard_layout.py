@@ -16,7 +16,8 @@ import re
 
 import pytest
 
-from tests.bot.api.browser import ARGS, CHROMIUM, DESKTOP, PHONE, Page, browser_or_skip, screenshot_folder, seed
+from tests.bot.api.browser import (ARGS, CHROMIUM, DESKTOP, PHONE, Page, browser_or_skip, screenshot_folder, seed,
+                                   skip_reason)
 from tests.bot.api.test_routes import _dm
 
 SPACE_PAGES = ("memories", "pulse", "insight", "skills", "usage")
@@ -26,6 +27,13 @@ SPACE_PAGES = ("memories", "pulse", "insight", "skills", "usage")
 def api_store_url() -> str:
     """Layout does not depend on the backend: these run on the DuckDB file only."""
     return ""
+
+
+def test_a_skip_says_chromium_is_missing_and_how_to_install_it(tmp_path):
+    reason = skip_reason(tmp_path / "no-chromium")
+    assert reason == (f"Chromium is missing ({tmp_path / 'no-chromium'}): install it with "
+                      "`apt-get install -y chromium fonts-wqy-zenhei`")
+    assert "\n" not in reason
 
 
 async def _browser(pw):
