@@ -116,7 +116,8 @@ export function legend(series, name = (x) => x) {
 /**
  * Node positions in a width x height box: a circle to start, then a few hundred steps of a small
  * force layout (repulsion between all nodes, springs along edges weighted by co-occurrence, pull
- * to centre), kept `margin` px from the sides. Deterministic: the same graph always lands the same way.
+ * to centre), then the drawing stretched to fill the box `margin` px from its sides (clamping to
+ * the box instead piled the nodes along its walls). Deterministic: the same graph always lands the same way.
  */
 export function layout(nodes, edges, width, height, margin = 30) {
   const n = nodes.length, cx = width / 2, cy = height / 2, pos = new Map();
@@ -141,19 +142,23 @@ export function layout(nodes, edges, width, height, margin = 30) {
       const a = pos.get(e.source), b = pos.get(e.target);
       if (!a || !b) continue;
       const dx = b.x - a.x, dy = b.y - a.y, d = Math.sqrt(dx * dx + dy * dy) || 1;
-      const f = (d / k) * Math.min(3, 0.5 + e.weight * 0.25) * 0.1;
+      const f = (d / k) * Math.min(3, 0.5 + e.weight * 0.25) * 0.05;
       force.get(e.source).x += dx * f; force.get(e.source).y += dy * f;
       force.get(e.target).x -= dx * f; force.get(e.target).y -= dy * f;
     }
     const cool = 1 - step / 300;
     for (const nd of nodes) {
       const p = pos.get(nd.id), f = force.get(nd.id);
-      f.x += (cx - p.x) * 0.08; f.y += (cy - p.y) * 0.08;
+      f.x += (cx - p.x) * 0.5; f.y += (cy - p.y) * 0.5;
       const len = Math.sqrt(f.x * f.x + f.y * f.y) || 1, move = Math.min(len, 10 * cool + 0.5);
-      p.x = Math.min(width - margin, Math.max(margin, p.x + (f.x / len) * move));
-      p.y = Math.min(height - margin, Math.max(margin, p.y + (f.y / len) * move));
+      p.x += (f.x / len) * move;
+      p.y += (f.y / len) * move;
     }
   }
+  const xs = [...pos.values()].map((p) => p.x), ys = [...pos.values()].map((p) => p.y);
+  const fit = (v, lo, hi, size) => (hi - lo < 1 ? size / 2 : margin + ((v - lo) / (hi - lo)) * (size - 2 * margin));
+  const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+  for (const p of pos.values()) { p.x = fit(p.x, x0, x1, width); p.y = fit(p.y, y0, y1, height); }
   return pos;
 }
 
@@ -164,31 +169,52 @@ const hitsCircle = (box, c) => {
 };
 
 /**
- * Where each node's label goes so that no two labels overlap and none covers a circle or leaves
- * the box: items [{id, x, y, r, w, h}] in priority order (most mentioned first) -> Map id ->
- * {x, y} (the label's top left) for the labels that found room; the rest are left out (the
- * node still names itself on hover, to screen readers, and in the list beside the graph).
+ * Where each node's label goes so that no two labels overlap, none touches its own circle or
+ * leaves the box, and (wherever there is room) none covers the middle (3/4 of the radius) of another circle: items
+ * [{id, x, y, r, w, h, shortW}] in priority order (most mentioned first) -> Map id -> {x, y, short}
+ * (the label's top left; short: only its shortened form, shortW wide, found room) for the labels
+ * that found room; the rest are left out (the node still names itself on hover, to screen readers,
+ * and in the entity list beside the graph).
  */
 export function placeLabels(items, width, height) {
   const placed = new Map(), boxes = [];
-  const circles = items.map((it) => ({x: it.x, y: it.y, r: it.r + 1}));
+  const cores = items.map((it) => ({id: it.id, x: it.x, y: it.y, r: it.r * 0.75}));
+  const fits = (it, box, strict) => box.x >= 0 && box.y >= 0 && box.x + box.w <= width && box.y + box.h <= height
+    && !hitsCircle(box, {x: it.x, y: it.y, r: it.r + 1}) && !boxes.some((b) => overlaps(box, b))
+    && (!strict || !cores.some((c) => c.id !== it.id && hitsCircle(box, c)));
+  // Whole, then shortened; only where neither finds a clear spot may a label lie over another's
+  // circle (its halo keeps it readable, and clicks pass through it to the circle).
+  const tries = (it) => [[it.w, false, true], ...(it.shortW ? [[it.shortW, true, true]] : []), [it.w, false, false],
+    ...(it.shortW ? [[it.shortW, true, false]] : [])];
   for (const it of items) {
-    const gap = 3;
-    const spots = [[it.x - it.w / 2, it.y + it.r + gap], [it.x - it.w / 2, it.y - it.r - gap - it.h],
-      [it.x + it.r + gap, it.y - it.h / 2], [it.x - it.r - gap - it.w, it.y - it.h / 2],
-      [it.x + it.r * 0.7, it.y + it.r * 0.7], [it.x - it.r * 0.7 - it.w, it.y + it.r * 0.7],
-      [it.x + it.r * 0.7, it.y - it.r * 0.7 - it.h], [it.x - it.r * 0.7 - it.w, it.y - it.r * 0.7 - it.h]];
-    for (const [x, y] of spots) {
-      const box = {x, y, w: it.w, h: it.h};
-      if (x < 0 || y < 0 || x + it.w > width || y + it.h > height) continue;
-      if (boxes.some((b) => overlaps(box, b)) || circles.some((c) => hitsCircle(box, c))) continue;
-      boxes.push(box);
-      placed.set(it.id, {x, y});
-      break;
+    for (const [w, short, strict] of tries(it)) {
+      const box = labelSpots({...it, w}).map(([x, y]) => ({x, y, w, h: it.h})).find((bx) => fits(it, bx, strict));
+      if (box) {
+        boxes.push(box);
+        placed.set(it.id, {x: box.x, y: box.y, short});
+        break;
+      }
     }
   }
   return placed;
 }
+
+/** Where a w x h label may sit around its circle: beside it (below, above, right, left, the
+ * corners), then shifted along it, then the same a line further out. */
+function labelSpots({x, y, r, w, h}) {
+  const spots = [];
+  for (const gap of [3, 3 + h]) {
+    const below = y + r + gap, above = y - r - gap - h, mid = y - h / 2, d = r * 0.71 + gap;
+    spots.push([x - w / 2, below], [x - w / 2, above], [x + r + gap, mid], [x - r - gap - w, mid],
+      [x + d, y + d], [x - d - w, y + d], [x + d, y - d - h], [x - d - w, y - d - h],
+      [x - r, below], [x + r - w, below], [x - r, above], [x + r - w, above]);
+  }
+  return spots;
+}
+
+const SHORT = 10;
+/** A long label cut to SHORT characters and an ellipsis (tried when the whole one finds no room). */
+export const shortLabel = (label) => (label.length > SHORT + 1 ? `${label.slice(0, SHORT).trimEnd()}…` : null);
 
 export const KIND_COLOR = {person: '#2b6cb0', place: '#38a169', organisation: '#805ad5', name: '#dd6b20'};
 
@@ -200,8 +226,9 @@ export function entityGraph(nodes, edges, {title, onPick, describe, width = 480,
   const pos = layout(nodes, edges, width, height, Math.min(40, width / 8));
   const maxCount = Math.max(1, ...nodes.map((n) => n.count));
   const maxW = Math.max(1, ...edges.map((e) => e.weight));
-  const scale = Math.min(1, width / 480);
-  const radius = (nd) => (5 + 15 * Math.sqrt(nd.count / maxCount)) * Math.max(0.7, scale);
+  // The biggest circle shrinks with the room each node has: a quarter of its share of the picture.
+  const biggest = Math.max(8, Math.min(20, Math.sqrt((width * height) / Math.max(1, nodes.length)) / 4));
+  const radius = (nd) => 4 + (biggest - 4) * Math.sqrt(nd.count / maxCount);
   const svg = s('svg', {width, height, viewBox: `0 0 ${width} ${height}`, class: 'graph', role: 'group', 'aria-label': title},
     s('title', {}, title));
   const eg = s('g', {class: 'edges', 'aria-hidden': 'true'});
@@ -214,7 +241,8 @@ export function entityGraph(nodes, edges, {title, onPick, describe, width = 480,
   svg.append(eg);
   const order = [...nodes].sort((a, b) => b.count - a.count || (a.label < b.label ? -1 : 1));
   const spots = placeLabels(order.map((nd) => ({id: nd.id, x: pos.get(nd.id).x, y: pos.get(nd.id).y, r: radius(nd),
-    w: textWidth(nd.label, LABEL_PX) + 2, h: LABEL_PX + 3})), width, height);
+    w: textWidth(nd.label, LABEL_PX) + 2, h: LABEL_PX + 3,
+    shortW: shortLabel(nd.label) && textWidth(shortLabel(nd.label), LABEL_PX) + 2})), width, height);
   const labels = s('g', {class: 'labels', 'aria-hidden': 'true'});
   for (const nd of nodes) {
     const p = pos.get(nd.id), r = radius(nd);
@@ -226,7 +254,8 @@ export function entityGraph(nodes, edges, {title, onPick, describe, width = 480,
     svg.append(g);
     const spot = spots.get(nd.id);
     if (spot) {
-      labels.append(s('text', {x: spot.x + 1, y: spot.y + LABEL_PX, class: 'nlabel', 'data-for': nd.id}, nd.label));
+      labels.append(s('text', {x: spot.x + 1, y: spot.y + LABEL_PX, class: 'nlabel', 'data-for': nd.id},
+        spot.short ? shortLabel(nd.label) : nd.label));
     }
   }
   svg.append(labels);   // above every circle and edge

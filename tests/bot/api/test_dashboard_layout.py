@@ -168,6 +168,57 @@ async def test_dates_read_back_in_both_languages(api, tmp_path):
     assert result["refused"] == [] and result["us"] == result["eu"] == "2026-12-02" and result["empty"] == ""
 
 
+async def test_graph_labels_never_overlap_on_random_graphs(api, tmp_path):
+    """Insight's graph for 200 random graphs (5-60 entities, names in both scripts) at phone and
+    desktop widths: no two drawn labels overlap, none covers its own circle or leaves the picture,
+    and the most mentioned entity always gets its label."""
+    browser_or_skip()
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        browser = await _browser(pw)
+        try:
+            page = await (await browser.new_context(locale="en-US")).new_page()
+            await page.goto(api.app.extras["api"].url + "/")
+            result = await page.evaluate("""async () => {
+                const c = await import('/static/charts.js');
+                let seed = 42; const rnd = () => (seed = (seed * 16807) % 2147483647) / 2147483647;
+                const words = ['Ana', 'Bruno', 'Lisbon', 'Bank of America', '张伟', '清华大学', '北京', 'Kyoto', 'Jean-Luc O’Brien', 'X'];
+                const bad = []; let drawn = 0, total = 0, topMissing = 0;
+                for (let g = 0; g < 200; g++) {
+                    const n = 5 + Math.floor(rnd() * 56), width = g % 2 ? 358 : 720, height = Math.round(Math.max(320, Math.min(560, width * 0.85)));
+                    const nodes = Array.from({length: n}, (_, i) => ({id: `e${i}`, label: words[i % words.length] + (i >= words.length ? i : ''),
+                        kind: ['person', 'place', 'organisation', 'name'][i % 4], count: 1 + Math.floor(rnd() * 9)}));
+                    const edges = [];
+                    for (let i = 0; i < n; i++) { const a = Math.floor(rnd() * n), b = Math.floor(rnd() * n); if (a !== b) edges.push({source: `e${a}`, target: `e${b}`, weight: 1 + Math.floor(rnd() * 4)}); }
+                    const svg = c.entityGraph(nodes, edges, {title: 'g', width, height});
+                    document.body.append(svg);
+                    const box = svg.getBoundingClientRect();
+                    const labels = [...svg.querySelectorAll('.nlabel')].map((e) => [e.getBoundingClientRect(),
+                        svg.querySelector(`g[data-id="${e.dataset.for}"] circle`).getBoundingClientRect()]);
+                    drawn += labels.length; total += n;
+                    const most = [...nodes].sort((a, b) => b.count - a.count || (a.label < b.label ? -1 : 1))[0].id;
+                    if (!svg.querySelector(`.nlabel[data-for="${most}"]`)) topMissing++;
+                    const hit = (a, b, tol) => a.left < b.right - tol && b.left < a.right - tol && a.top < b.bottom - tol && b.top < a.bottom - tol;
+                    labels.forEach(([a, own], i) => {
+                        if (a.left < box.left - 1 || a.right > box.right + 1 || a.top < box.top - 1 || a.bottom > box.bottom + 1) bad.push(['outside', g]);
+                        labels.forEach(([b], j) => { if (j > i && hit(a, b, 0.5)) bad.push(['overlap', g]); });
+                        // never over its own circle (the square inside it)
+                        const s = own.width * 0.15;
+                        if (hit(a, {left: own.left + s, right: own.right - s, top: own.top + s, bottom: own.bottom - s}, 0.5)) bad.push(['covers its circle', g]);
+                    });
+                    svg.remove();
+                }
+                return {bad: bad.slice(0, 5), count: bad.length, drawn, total, topMissing};
+            }""")
+        finally:
+            await browser.close()
+    assert result["count"] == 0, result["bad"]
+    assert result["topMissing"] == 0
+    print(f"\nlabels drawn: {result['drawn']} of {result['total']} entities")
+    assert result["drawn"] > result["total"] * 0.5
+
+
 async def test_cards_show_loading_then_data_and_errors_clear(api, tmp_path):
     """Pulse's request held: its cards say they are loading (no empty card); the request failing:
     the card says so with a retry that, once the server answers, clears the error. A failed login's
