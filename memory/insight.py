@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
 
-from memory.text import EN_STOPWORDS, has_cjk, pos_tags
+from memory.segmenter import pos_tags
+from memory.text import EN_STOPWORDS, has_cjk
 
 CALENDAR_WORDS = frozenset(
     "january february march april may june july august september october november december "

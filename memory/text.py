@@ -6,19 +6,14 @@ Tokenisation: Latin text is split by a regex and lowercased; CJK runs go through
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import logging
-import os
 import re
-import shutil
-import tempfile
-import threading
 import unicodedata
 from collections.abc import Sequence
-from pathlib import Path
 
 from memory.prompts import MEMORY_BLOCK_HEADER, NO_MEMORY_HINT
+from memory.segmenter import jieba_tokenizer, set_jieba_cache_dir  # noqa: F401 (set_jieba_cache_dir: the engine sets it)
 
 log = logging.getLogger(__name__)
 
@@ -171,82 +166,6 @@ def render_name(name: str | None, limit: int = 64) -> str:
     return out
 
 
-class _Jieba:
-    """The process's one jieba tokenizer (and its part-of-speech tagger), loaded lazily.
-
-    jieba keeps a marshal dump of its prefix dictionary and loads it, unchecked, whenever the file
-    exists: by default `/tmp/jieba.cache`, which any local account can plant. Ours lives in the
-    data folder (`<data>/cache/jieba.cache`, folder 0700, file 0600 whatever the umask); without a
-    data folder, in a fresh folder of this process's own. No jieba user may go through jieba's
-    module-level tokenizers (`jieba.cut`, `jieba.posseg.cut`): they read the shared file.
-    """
-
-    def __init__(self) -> None:
-        self._tk = None
-        self._pos = None
-        self._lock = threading.Lock()
-        self.cache_dir: Path | None = None
-
-    def get(self):
-        """The tokenizer (cut, lcut, cut_for_search)."""
-        if self._tk is None:
-            with self._lock:
-                if self._tk is None:
-                    import jieba
-
-                    jieba.setLogLevel(logging.WARNING)
-                    tk = jieba.Tokenizer()
-                    folder = _private_dir(self.cache_dir)
-                    tk.tmp_dir = str(folder)
-                    tk.cache_file = str(folder / "jieba.cache")
-                    tk.initialize()
-                    _private_file(Path(tk.cache_file))
-                    self._tk = tk
-        return self._tk
-
-    def pos(self):
-        """The part-of-speech tagger over the same tokenizer (same dictionary, same cache)."""
-        if self._pos is None:
-            tk = self.get()
-            with self._lock:
-                if self._pos is None:
-                    from jieba.posseg import POSTokenizer
-
-                    self._pos = POSTokenizer(tk)
-        return self._pos
-
-
-def _private_dir(folder: Path | None) -> Path:
-    """`folder` made (0700) or, for None, a new private folder removed at exit."""
-    if folder is None:
-        folder = Path(tempfile.mkdtemp(prefix="memgate-jieba-"))
-        atexit.register(shutil.rmtree, folder, True)
-    folder.mkdir(parents=True, exist_ok=True)
-    os.chmod(folder, 0o700)
-    return folder
-
-
-def _private_file(path: Path) -> None:
-    """jieba writes its cache through mkstemp (0600); one left by an older version may be looser."""
-    try:
-        os.chmod(path, 0o600)
-    except FileNotFoundError:  # jieba could not write it (logged by jieba): nothing to protect
-        pass
-
-
-_jieba = _Jieba()
-
-
-def set_jieba_cache_dir(path: Path) -> None:
-    """Keep jieba's dictionary cache under `path` (our data folder) instead of /tmp."""
-    _jieba.cache_dir = Path(path)
-
-
-def pos_tags(text: str) -> list[tuple[str, str]]:
-    """jieba's words of `text` with their part-of-speech flags (nr person, ns place, ...)."""
-    return [(w.word, w.flag) for w in _jieba.pos().cut(text)]
-
-
 _ZH_DIGIT = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 _ZH_POWER = {"十": 10, "百": 100, "千": 1000}
 _ZH_NUMERAL_RUN = re.compile(r"[零〇一二两三四五六七八九十百千万]+")
@@ -327,7 +246,7 @@ def tokenize(text: str, *, numbers: bool = True, bigrams: bool = False) -> list[
         lowered = _dates_in_words(normalize_numbers(lowered))
     for m in _CJK_RUN.finditer(lowered):
         out.extend(_WORD.findall(lowered[pos : m.start()]))
-        words = [t for t in _jieba.get().cut_for_search(m.group()) if t.strip()]
+        words = [t for t in jieba_tokenizer().cut_for_search(m.group()) if t.strip()]
         out.extend(words)
         if bigrams:
             out.extend(b for b in cjk_bigrams(m.group()) if b not in words)
@@ -363,7 +282,7 @@ def _content_spans(text: str, stop: frozenset[str], numbers: bool) -> list[str]:
     spans: list[str] = []
     for m in _CJK_RUN.finditer(lowered):
         cur = ""
-        for w in _jieba.get().lcut(m.group()):
+        for w in jieba_tokenizer().lcut(m.group()):
             if w in stop:
                 spans.append(cur)
                 cur = ""

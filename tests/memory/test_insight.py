@@ -12,7 +12,7 @@ import string
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.insight import CALENDAR_WORDS, NOT_NAMES, Entity, cjk_entities, entities, graph, latin_names, reads_as_name
+from memory.insight import NOT_NAMES, Entity, cjk_entities, entities, graph, latin_names, reads_as_name
 
 # A made-up name: capitalised, letters only, not a word of any stop list.
 NAMES = st.builds(lambda a, b: a.upper() + b, st.sampled_from(string.ascii_lowercase),
