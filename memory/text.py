@@ -9,12 +9,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import threading
 import unicodedata
 from collections.abc import Sequence
-from pathlib import Path
 
 from memory.prompts import MEMORY_BLOCK_HEADER, NO_MEMORY_HINT
+from memory.segmenter import jieba_tokenizer, set_jieba_cache_dir  # noqa: F401 (set_jieba_cache_dir: the engine sets it)
 
 log = logging.getLogger(__name__)
 
@@ -167,39 +166,6 @@ def render_name(name: str | None, limit: int = 64) -> str:
     return out
 
 
-class _Jieba:
-    """Lazily loaded jieba tokenizer whose dictionary cache lives in our data folder."""
-
-    def __init__(self) -> None:
-        self._tk = None
-        self._lock = threading.Lock()
-        self.cache_dir: Path | None = None
-
-    def get(self):
-        if self._tk is None:
-            with self._lock:
-                if self._tk is None:
-                    import jieba
-
-                    jieba.setLogLevel(logging.WARNING)
-                    tk = jieba.Tokenizer()
-                    if self.cache_dir is not None:
-                        self.cache_dir.mkdir(parents=True, exist_ok=True)
-                        tk.tmp_dir = str(self.cache_dir)
-                        tk.cache_file = str(self.cache_dir / "jieba.cache")
-                    tk.initialize()
-                    self._tk = tk
-        return self._tk
-
-
-_jieba = _Jieba()
-
-
-def set_jieba_cache_dir(path: Path) -> None:
-    """Keep jieba's dictionary cache under `path` (our data folder) instead of /tmp."""
-    _jieba.cache_dir = Path(path)
-
-
 _ZH_DIGIT = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 _ZH_POWER = {"十": 10, "百": 100, "千": 1000}
 _ZH_NUMERAL_RUN = re.compile(r"[零〇一二两三四五六七八九十百千万]+")
@@ -280,7 +246,7 @@ def tokenize(text: str, *, numbers: bool = True, bigrams: bool = False) -> list[
         lowered = _dates_in_words(normalize_numbers(lowered))
     for m in _CJK_RUN.finditer(lowered):
         out.extend(_WORD.findall(lowered[pos : m.start()]))
-        words = [t for t in _jieba.get().cut_for_search(m.group()) if t.strip()]
+        words = [t for t in jieba_tokenizer().cut_for_search(m.group()) if t.strip()]
         out.extend(words)
         if bigrams:
             out.extend(b for b in cjk_bigrams(m.group()) if b not in words)
@@ -316,7 +282,7 @@ def _content_spans(text: str, stop: frozenset[str], numbers: bool) -> list[str]:
     spans: list[str] = []
     for m in _CJK_RUN.finditer(lowered):
         cur = ""
-        for w in _jieba.get().lcut(m.group()):
+        for w in jieba_tokenizer().lcut(m.group()):
             if w in stop:
                 spans.append(cur)
                 cur = ""

@@ -6,17 +6,20 @@ An admin key stands for the server's operator, so it acts as the command line do
 
 from __future__ import annotations
 
+import logging
+
 from aiohttp import web
 
 from bot.access.identities import AccessError, Identity, Role
-from bot.api.context import ENGINE, HOST
+from bot.access.pairing import APPROVED_TEXT
+from bot.api.context import CLOCK, ENGINE, HOST
 from bot.api.errors import ApiError
 from bot.api.jobs import recent_jobs
 from bot.api.params import body_json, opt_int, page
-from bot.api.routes_memories import memory_json
-from bot.access.pairing import APPROVED_TEXT
-from memory.store.browse import MemoryFilter, bump_versions, list_page
+from bot.api.routes_memories import memory_json, tags_field, text_field
+from memory.store.browse import Edit, MemoryFilter, apply_edit, bump_versions, get_views, list_page
 
+audit = logging.getLogger("memgate.audit")
 routes = web.RouteTableDef()
 # Who an admin key acts as: the operator, with the owner's rights (like `memgate pairing` on the server).
 OPERATOR = Identity("api", "operator", "", Role.OWNER, "admin API")
@@ -116,6 +119,25 @@ async def public_memories(request: web.Request) -> web.Response:
     views, total = await engine.store.aread(lambda c: list_page(c, public, MemoryFilter(), limit, offset))
     return web.json_response({"memories": [memory_json(m) for m in views], "total": total, "limit": limit,
                               "offset": offset})
+
+
+@routes.post("/api/v1/admin/public/memories")
+async def add_public(request: web.Request) -> web.Response:
+    """{"content": "...", "tags": [...]} -> a shared note everyone's recall may bring up (as /public add)."""
+    body = await body_json(request)
+    if set(body) - {"content", "tags"}:
+        raise ApiError(400, "bad_request", "send content and optionally tags")
+    text = text_field(body.get("content"), "content")
+    tags = tags_field(body["tags"]) if "tags" in body else None
+    engine, public, now = request.app[ENGINE], request.app[HOST].public_space, request.app[CLOCK]()
+    await engine.ensure_space(public, "public", "public")
+    rec = await engine.remember(text, public, source="public")
+    if tags is not None:
+        await engine.store.awrite(lambda c: apply_edit(c, public, rec.id, Edit(tags=("public", *tags)), None, None, now,
+                                                       new_version=False))
+    audit.info("public memory %s added through the admin API", rec.id)
+    m = (await engine.store.aread(lambda c: get_views(c, public, [rec.id])))[0]
+    return web.json_response(memory_json(m), status=201)
 
 
 @routes.delete("/api/v1/admin/public/memories/{id}")

@@ -42,7 +42,8 @@ def _etag(m: MemoryView) -> dict[str, str]:
     return {"ETag": f'"{m.version}"'}
 
 
-def _text(value: object, what: str) -> str:
+def text_field(value: object, what: str) -> str:
+    """A request's non-empty text of at most MAX_TEXT characters, or a 400/413 naming it."""
     if not isinstance(value, str) or not value.strip():
         raise ApiError(400, "bad_request", f"{what} must be a non-empty string")
     if len(value) > MAX_TEXT:
@@ -50,7 +51,8 @@ def _text(value: object, what: str) -> str:
     return value
 
 
-def _tags(value: object) -> tuple[str, ...]:
+def tags_field(value: object) -> tuple[str, ...]:
+    """A request's tag list (deduplicated, trimmed), or a 400."""
     if not isinstance(value, list) or not all(isinstance(t, str) and t.strip() for t in value) or len(value) > MAX_TAGS:
         raise ApiError(400, "bad_request", f"tags must be a list of at most {MAX_TAGS} non-empty strings")
     return tuple(dict.fromkeys(t.strip() for t in value))
@@ -76,7 +78,7 @@ async def create_memory(request: web.Request) -> web.Response:
         for m in msgs:
             if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
                 raise ApiError(400, "bad_request", 'each message needs role "user" or "assistant" and content')
-            turn_msgs.append(TurnMessage(role=m["role"], text=_text(m.get("content"), "content")))
+            turn_msgs.append(TurnMessage(role=m["role"], text=text_field(m.get("content"), "content")))
         session = body.get("session_id")
         if session is not None and not isinstance(session, str):
             raise ApiError(400, "bad_request", "session_id must be a string")
@@ -89,11 +91,11 @@ async def create_memory(request: web.Request) -> web.Response:
         return web.json_response({"job_id": job_id, "status": "queued"}, status=202,
                                  headers={"Location": f"/api/v1/jobs/{job_id}"})
     if "content" in body:
-        text = _text(body["content"], "content")
+        text = text_field(body["content"], "content")
         pinned = body.get("pinned", False)
         if not isinstance(pinned, bool):
             raise ApiError(400, "bad_request", "pinned must be true or false")
-        tags = _tags(body["tags"]) if "tags" in body else None
+        tags = tags_field(body["tags"]) if "tags" in body else None
         await engine.ensure_space(space, "user")
         rec = await engine.remember(text, space, pinned=pinned, source="api")
         if tags is not None:
@@ -179,8 +181,8 @@ async def patch_memory(request: web.Request) -> web.Response:
         raise ApiError(400, "bad_request", f"cannot change {', '.join(sorted(unknown))}: only text, tags, pinned")
     if "pinned" in body and not isinstance(body["pinned"], bool):
         raise ApiError(400, "bad_request", "pinned must be true or false")
-    edit = Edit(text=_text(body["text"], "text") if "text" in body else None,
-                tags=_tags(body["tags"]) if "tags" in body else None, pinned=body.get("pinned"))
+    edit = Edit(text=text_field(body["text"], "text") if "text" in body else None,
+                tags=tags_field(body["tags"]) if "tags" in body else None, pinned=body.get("pinned"))
     expected = _if_match(request)
     vector = (await asyncio.to_thread(engine.embedder.embed_passages, [edit.text]))[0] if edit.text is not None else None
     now: datetime = request.app[CLOCK]()

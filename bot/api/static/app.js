@@ -17,13 +17,22 @@ let who = null;
 const main = () => document.getElementById('main');
 
 let sayTimer = null;
+/** A short message at the bottom: confirmations fade; errors stay until the next message or page. */
 export function say(text, isError = false) {
   const el = document.getElementById('status');
   el.textContent = text;
   el.classList.toggle('error', isError);
+  el.setAttribute('role', isError ? 'alert' : 'status');
   clearTimeout(sayTimer);
-  // Errors stay until the next message; confirmations fade so they never cover the page for long.
   if (!isError) sayTimer = setTimeout(() => { el.textContent = ''; }, 4000);
+}
+
+/** An error belongs to what the person was doing: a new page, a login or a logout clears it. */
+function clearSay() {
+  clearTimeout(sayTimer);
+  const el = document.getElementById('status');
+  el.textContent = '';
+  el.classList.remove('error');
 }
 
 function pages() { return who?.scope === 'admin' ? ADMIN_PAGES : SPACE_PAGES; }
@@ -42,29 +51,40 @@ function renderNav(current) {
 }
 
 function loginForm() {
+  // The error sits under the field it is about (and is read out); a later success removes it with the form.
+  const error = h('p', {class: 'field-error', id: 'login-error', role: 'alert'});
   const key = h('input', {type: 'password', autocomplete: 'current-password', required: true, id: 'login-key',
-    placeholder: 'mg_…', spellcheck: 'false'});
+    placeholder: 'mg_…', spellcheck: 'false', 'aria-describedby': 'login-error'});
+  const submit = h('button', {type: 'submit', id: 'login-submit'}, t('login.submit'));
   const form = h('form', {class: 'card login', 'aria-labelledby': 'login-title', onsubmit: async (e) => {
     e.preventDefault();
+    submit.disabled = true;
+    error.textContent = '';
+    key.removeAttribute('aria-invalid');
     try {
       who = await api('POST', '/api/v1/session', {key: key.value});
       setCsrf(who.csrf);
       key.value = '';
-      location.hash = `#/${pages()[0][0]}`;
-      await route();
+      clearSay();
+      await go(`#/${pages()[0][0]}`);
     } catch (err) {
-      say(t('login.failed'), true);
+      error.textContent = err.status === 401 ? t('login.failed') : `${t('error')}: ${err.message}`;
+      key.setAttribute('aria-invalid', 'true');
       key.focus();
+    } finally {
+      submit.disabled = false;
     }
   }},
   h('h1', {id: 'login-title'}, t('login.title')),
   h('p', {}, t('login.help')),
-  field(t('login.key'), key),
-  h('button', {type: 'submit', id: 'login-submit'}, t('login.submit')));
+  field(t('login.key'), key), error, submit);
   return form;
 }
 
+let routing = 0;
 async function route() {
+  const mine = ++routing;
+  clearSay();
   document.getElementById('logout').hidden = !who;
   if (!who) {
     renderNav(null);
@@ -79,11 +99,26 @@ async function route() {
   const root = clear(main());
   root.append(h('h1', {}, t(`page.${found[0]}`)));
   try {
-    await found[1](root, {who, say});
+    await found[1](root, {who, say, logout});
   } catch (err) {
     if (err.status === 401) { who = null; setCsrf(null); return route(); }
-    say(`${t('error')}: ${err.message}`, true);
+    if (mine === routing) say(`${t('error')}: ${err.message}`, true);
   }
+}
+
+/** Back to the login form (after a logout, or when the session's own key was revoked). */
+async function logout(message) {
+  who = null; setCsrf(null);
+  await go('');
+  if (message) say(message);
+}
+
+/** Show the page of `hash` (a changed hash routes through the hashchange event, once). */
+async function go(hash) {
+  if ((location.hash || '') === hash || (hash === '' && location.hash === '#')) return route();
+  const done = new Promise((resolve) => window.addEventListener('routed', resolve, {once: true}));
+  location.hash = hash;
+  await done;
 }
 
 async function start() {
@@ -93,14 +128,11 @@ async function start() {
   applyStatic();
   document.getElementById('logout').addEventListener('click', async () => {
     try { await api('DELETE', '/api/v1/session'); } catch { /* already gone: logged out either way */ }
-    who = null; setCsrf(null);
-    location.hash = '';
-    say(t('logged_out'));
-    await route();
+    await logout(t('logged_out'));
   });
   const s = await api('GET', '/api/v1/session');
   if (s.logged_in) { who = s; setCsrf(s.csrf); }
-  window.addEventListener('hashchange', route);
+  window.addEventListener('hashchange', async () => { await route(); window.dispatchEvent(new Event('routed')); });
   await route();
 }
 

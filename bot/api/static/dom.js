@@ -1,4 +1,6 @@
 // Building the page from data without ever parsing data as HTML: text goes in as text nodes.
+import {t} from './i18n.js';
+
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
 function build(el, attrs, children) {
@@ -42,8 +44,22 @@ export function field(label, control) {
   return h('div', {class: 'field'}, h('label', {for: control.id}, label), control);
 }
 
-export function fmtTime(iso) {
-  if (!iso) return '';
-  const d = new Date(iso.endsWith('Z') || iso.includes('+') ? iso : iso + 'Z');
-  return d.toLocaleString();
+/**
+ * Fill `box` by `work(box)`: a loading line at once (never an empty card while the data comes),
+ * and, if the work fails, what went wrong with a button to try again (which clears it): `retry`,
+ * by default this same load (cards fed by one request retry them all). A 401 is passed on: the
+ * shell logs out.
+ */
+export async function loadInto(box, work, retry = () => loadInto(box, work, retry)) {
+  box.setAttribute('aria-busy', 'true');
+  fill(box, h('p', {class: 'loading', role: 'status'}, h('span', {class: 'spinner', 'aria-hidden': 'true'}), t('loading')));
+  try {
+    await work(box);
+  } catch (err) {
+    if (err.status === 401) throw err;
+    fill(box, h('div', {class: 'load-error', role: 'alert'}, h('p', {}, t('load.failed', {msg: err.message || String(err)})),
+      h('button', {type: 'button', class: 'retry', onclick: () => retry()}, t('retry'))));
+  } finally {
+    box.removeAttribute('aria-busy');
+  }
 }

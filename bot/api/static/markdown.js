@@ -1,5 +1,5 @@
-// A small, safe Markdown renderer for SKILL.md (headings, lists, code, quotes, emphasis, links as
-// text) and a line diff between two versions. Everything becomes DOM nodes; no HTML is parsed.
+// A small, safe Markdown renderer for SKILL.md (front matter skipped, headings, lists, code, quotes,
+// emphasis, links as text) and a line diff between two versions. Everything becomes DOM nodes; no HTML is parsed.
 import {h} from './dom.js';
 
 function inline(text) {
@@ -27,6 +27,11 @@ export function renderMarkdown(src) {
   const root = h('div', {class: 'md'});
   const lines = (src || '').replace(/\r\n/g, '\n').split('\n');
   let list = null, para = [];
+  // A SKILL.md opens with YAML front matter (name, description): shown above the text already.
+  if (lines[0]?.trim() === '---') {
+    const end = lines.indexOf('---', 1);
+    if (end > 0) lines.splice(0, end + 1);
+  }
   const flush = () => {
     if (para.length) root.append(h('p', {}, inline(para.join(' '))));
     para = [];

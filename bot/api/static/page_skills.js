@@ -1,6 +1,7 @@
 // Tasks and skills: task summaries; a skill's SKILL.md rendered, its versions with changelog and a diff.
 import {get} from './api.js';
-import {clear, field, fmtTime, h} from './dom.js';
+import {clear, field, fill, h, loadInto} from './dom.js';
+import {dateTime, num} from './format.js';
 import {t} from './i18n.js';
 import {renderDiff, renderMarkdown} from './markdown.js';
 
@@ -21,33 +22,40 @@ function skillView(sk) {
   to.addEventListener('change', showDiff);
   showDiff();
   return h('article', {class: 'card skill', 'aria-labelledby': 'skill-title'},
-    h('h2', {id: 'skill-title'}, `${sk.name} · v${sk.version}`),
+    h('h2', {id: 'skill-title', class: 'userdata'}, `${sk.name} · v${sk.version}`),
     h('p', {}, sk.description || ''),
     renderMarkdown(sk.content),
     h('h3', {}, t('skills.versions')),
-    h('ol', {class: 'versions'}, versions.map((v) => h('li', {}, h('strong', {}, `v${v.version}`), ` ${fmtTime(v.created_at)} — `,
+    h('ol', {class: 'versions'}, versions.map((v) => h('li', {}, h('strong', {}, `v${v.version}`), ` ${dateTime(v.created_at)} — `,
       v.changelog || t('skills.no_changelog')))),
     versions.length > 1 ? h('div', {}, h('h3', {}, t('skills.diff')),
       h('div', {class: 'filters'}, field(t('skills.from'), from), field(t('skills.to'), to)), diffBox) : null);
 }
 
 export async function skillsPage(root) {
-  const [tasks, skills] = await Promise.all([get('/api/v1/tasks'), get('/api/v1/skills')]);
+  const tasksBox = h('section', {class: 'card', 'aria-labelledby': 'tasks-h'});
+  const skillsBox = h('section', {class: 'card', 'aria-labelledby': 'skills-h'});
   const detail = h('div', {id: 'skill-detail'});
-  root.append(
-    h('section', {class: 'card', 'aria-labelledby': 'tasks-h'}, h('h2', {id: 'tasks-h'}, t('tasks.title')),
+  const openSkill = (sk) => loadInto(detail, async () => {
+    fill(detail, skillView(await get(`/api/v1/skills/${encodeURIComponent(sk.name)}`)));
+    detail.querySelector('h2').setAttribute('tabindex', '-1');
+    detail.querySelector('h2').focus();
+  });
+  root.append(tasksBox, skillsBox, detail);
+  await Promise.all([loadInto(tasksBox, async () => {
+    const tasks = await get('/api/v1/tasks');
+    fill(tasksBox, h('h2', {id: 'tasks-h'}, t('tasks.title')),
       tasks.tasks.length ? h('ul', {class: 'tasks'}, tasks.tasks.map((x) => h('li', {},
         h('span', {class: `badge st-${x.status}`}, t(`task.${x.status}`, {}, x.status)), ' ', h('strong', {}, x.title || x.id),
         h('p', {}, x.summary || t('tasks.no_summary')),
-        h('small', {}, `${t('tasks.chunks', {n: x.chunk_count})} · ${fmtTime(x.started_at)} → ${fmtTime(x.last_at)}`))))
-        : h('p', {class: 'empty'}, t('tasks.none'))),
-    h('section', {class: 'card', 'aria-labelledby': 'skills-h'}, h('h2', {id: 'skills-h'}, t('skills.title')),
+        h('small', {}, `${t('tasks.chunks', {n: num(x.chunk_count)})} · ${dateTime(x.started_at)} → ${dateTime(x.last_at)}`))))
+        : h('p', {class: 'empty'}, t('tasks.none')));
+  }), loadInto(skillsBox, async () => {
+    const skills = await get('/api/v1/skills');
+    fill(skillsBox, h('h2', {id: 'skills-h'}, t('skills.title')),
       skills.skills.length ? h('ul', {class: 'skills'}, skills.skills.map((sk) => h('li', {},
-        h('button', {type: 'button', class: 'linkish', onclick: async () => {
-          clear(detail).append(skillView(await get(`/api/v1/skills/${encodeURIComponent(sk.name)}`)));
-          detail.querySelector('h2').setAttribute('tabindex', '-1');
-          detail.querySelector('h2').focus();
-        }}, sk.name), ` v${sk.version} · ${t('skills.used', {n: sk.usage_count})} — ${sk.description || ''}`)))
-        : h('p', {class: 'empty'}, t('skills.none'))),
-    detail);
+        h('button', {type: 'button', class: 'linkish userdata', onclick: () => openSkill(sk)}, sk.name),
+        ` v${sk.version} · ${t('skills.used', {n: num(sk.usage_count)})}${sk.description ? ` — ${sk.description}` : ''}`)))
+        : h('p', {class: 'empty'}, t('skills.none')));
+  })]);
 }

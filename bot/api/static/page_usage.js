@@ -1,17 +1,40 @@
 // Usage: LLM calls and tokens per day, stacked by purpose, and the memory tokens injected per
-// turn, for the key's space.
+// turn, for the key's space. Days are the server's UTC days, written in the chosen language.
 import {get} from './api.js';
-import {legend, stackedBars} from './charts.js';
-import {clear, field, h} from './dom.js';
+import {legend, responsive, stackedBars} from './charts.js';
+import {fill, field, h, loadInto} from './dom.js';
+import {compact, day, num, shortDay, usd} from './format.js';
 import {t} from './i18n.js';
 
 const DAY = 86400000;
 
-export async function usagePage(root) {
-  const days = h('select', {id: 'usage-days'}, [7, 30, 90].map((d) => h('option', {value: d, selected: d === 30}, t('pulse.last_days', {n: d}))));
-  const box = h('div', {id: 'usage-box'});
+const table = (heads, rows) => h('div', {class: 'scroll'}, h('table', {class: 'data'},
+  h('thead', {}, h('tr', {}, heads.map(([k, cls]) => h('th', {scope: 'col', class: cls}, t(k))))), h('tbody', {}, rows)));
+const cell = (v, cls) => h('td', {class: cls}, v);
 
-  async function load() {
+/** A card with a chart drawn at the card's width (and redrawn when it changes). */
+function chartCard(title, items, {seriesName, id, unit} = {}, ...after) {
+  const plot = h('div', {class: 'chart-box'});
+  const card = h('section', {class: 'card', id}, h('h2', {}, title), plot);
+  let series = [];
+  const draw = (width) => {
+    const chart = stackedBars(items, {title, width, fmt: compact,
+      describe: (it, total) => `${it.label}: ${num(total)} ${unit || ''}`.trim()});
+    series = chart.series;
+    fill(plot, chart.svg);
+  };
+  card.draw = () => { responsive(plot, draw); if (seriesName) plot.after(legend(series, seriesName)); };
+  card.append(...after);
+  return card;
+}
+
+export async function usagePage(root) {
+  const days = h('select', {id: 'usage-days'}, [7, 30, 90].map((d) => h('option', {value: d, selected: d === 30},
+    t('pulse.last_days', {n: num(d)}))));
+  const box = h('div', {id: 'usage-box'});
+  const purpose = (p) => t(`purpose.${p}`, {}, p);
+
+  const load = () => loadInto(box, async () => {
     const n = Number(days.value), until = new Date(), since = new Date(until.getTime() - n * DAY);
     const u = await get('/api/v1/usage', {since: since.toISOString(), until: until.toISOString()});
     const byDay = new Map();
@@ -26,37 +49,32 @@ export async function usagePage(root) {
       slot.tokens[r.purpose] = (slot.tokens[r.purpose] || 0) + r.prompt_tokens + r.completion_tokens;
     }
     const daysSorted = [...byDay.keys()].sort();
-    const mk = (what) => daysSorted.map((d) => ({label: d, short: d.slice(5), parts: byDay.get(d)[what]}));
-    const calls = stackedBars(mk('calls'), {title: t('usage.calls_chart'), describe: (it, tot) => `${it.label}: ${tot} ${t('usage.calls')}`});
-    const tokens = stackedBars(mk('tokens'), {title: t('usage.tokens_chart'), describe: (it, tot) => `${it.label}: ${tot} ${t('usage.tokens')}`});
+    const mk = (what) => daysSorted.map((d) => ({label: day(d), short: shortDay(d), parts: byDay.get(d)[what]}));
     const cost = u.usage.reduce((a, r) => a + (r.cost || 0), 0);
     const turnsByDay = new Map((u.turns || []).map((r) => [r.day, r]));
-    const injected = stackedBars(daysSorted.map((d) => ({label: d, short: d.slice(5),
-      parts: turnsByDay.has(d) ? {[t('usage.per_turn')]: turnsByDay.get(d).injected_per_turn} : {}})),
-    {title: t('usage.injected_chart'), describe: (it, tot) => `${it.label}: ${tot} ${t('usage.tokens')}`});
-    clear(box).append(
-      h('p', {class: 'hint'}, t('usage.scope')),
-      h('section', {class: 'card'}, h('h2', {}, t('usage.calls_chart')), calls.svg, legend(calls.series)),
-      h('section', {class: 'card'}, h('h2', {}, t('usage.tokens_chart')), tokens.svg, legend(tokens.series)),
-      h('section', {class: 'card'}, h('h2', {}, t('usage.table')),
-        u.usage.length ? h('div', {class: 'scroll'}, h('table', {},
-          h('thead', {}, h('tr', {}, ['usage.day', 'usage.purpose', 'usage.model', 'usage.calls', 'usage.prompt', 'usage.completion', 'usage.cost']
-            .map((k) => h('th', {scope: 'col'}, t(k))))),
-          h('tbody', {}, u.usage.map((r) => h('tr', {}, h('td', {}, r.day), h('td', {}, r.purpose), h('td', {}, r.model || ''),
-            h('td', {}, String(r.calls)), h('td', {}, String(r.prompt_tokens)), h('td', {}, String(r.completion_tokens)),
-            h('td', {}, r.cost === null ? '—' : `$${r.cost.toFixed(4)}`))))))
+    const calls = chartCard(t('usage.calls_chart'), mk('calls'), {seriesName: purpose, unit: t('usage.calls')});
+    const tokens = chartCard(t('usage.tokens_chart'), mk('tokens'), {seriesName: purpose, unit: t('usage.tokens')});
+    const injected = chartCard(t('usage.injected_chart'), daysSorted.map((d) => ({label: day(d), short: shortDay(d),
+      parts: turnsByDay.has(d) ? {per_turn: turnsByDay.get(d).injected_per_turn} : {}})),
+    {id: 'usage-injected', unit: t('usage.tokens')},
+    (u.turns || []).length ? table([['usage.day'], ['usage.turns', 'num'], ['usage.per_turn', 'num'], ['usage.p95', 'num'],
+      ['usage.max', 'num'], ['usage.injected_total', 'num']],
+    u.turns.map((r) => h('tr', {}, cell(day(r.day)), cell(num(r.turns), 'num'), cell(num(r.injected_per_turn), 'num'),
+      cell(num(r.injected_p95), 'num'), cell(num(r.injected_max), 'num'), cell(num(r.injected_tokens), 'num'))))
+      : h('p', {class: 'empty'}, t('usage.no_turns')));
+    injected.querySelector('h2').after(h('p', {class: 'hint'}, t('usage.injected_hint')));
+    fill(box,
+      h('p', {class: 'hint'}, t('usage.scope')), calls, tokens,
+      h('section', {class: 'card', id: 'usage-table'}, h('h2', {}, t('usage.table')),
+        u.usage.length ? table([['usage.day'], ['usage.purpose'], ['usage.model'], ['usage.calls', 'num'], ['usage.prompt', 'num'],
+          ['usage.completion', 'num'], ['usage.cost', 'num']],
+        u.usage.map((r) => h('tr', {}, cell(day(r.day)), cell(purpose(r.purpose)), cell(r.model || ''), cell(num(r.calls), 'num'),
+          cell(num(r.prompt_tokens), 'num'), cell(num(r.completion_tokens), 'num'), cell(r.cost === null ? '—' : usd(r.cost), 'num'))))
           : h('p', {class: 'empty'}, t('usage.none')),
-        cost ? h('p', {}, t('usage.total_cost', {cost: cost.toFixed(4)})) : null),
-      h('section', {class: 'card', id: 'usage-injected'}, h('h2', {}, t('usage.injected_chart')),
-        h('p', {class: 'hint'}, t('usage.injected_hint')), injected.svg,
-        (u.turns || []).length ? h('div', {class: 'scroll'}, h('table', {},
-          h('thead', {}, h('tr', {}, ['usage.day', 'usage.turns', 'usage.per_turn', 'usage.p95', 'usage.max', 'usage.injected_total']
-            .map((k) => h('th', {scope: 'col'}, t(k))))),
-          h('tbody', {}, u.turns.map((r) => h('tr', {}, h('td', {}, r.day), h('td', {}, String(r.turns)),
-            h('td', {}, String(r.injected_per_turn)), h('td', {}, String(r.injected_p95)), h('td', {}, String(r.injected_max)),
-            h('td', {}, String(r.injected_tokens)))))))
-          : h('p', {class: 'empty'}, t('usage.no_turns'))));
-  }
+        cost ? h('p', {}, t('usage.total_cost', {cost: usd(cost)})) : null),
+      injected);
+    for (const card of [calls, tokens, injected]) card.draw();
+  });
 
   days.addEventListener('change', load);
   root.append(h('div', {class: 'filters'}, field(t('pulse.window'), days)), box);

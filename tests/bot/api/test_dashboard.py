@@ -4,73 +4,28 @@ against the real gateway App with its API on a free port over a real DuckDB file
 It logs in with a key, sees a memory, edits and pins it, checks that the Pulse chart and the
 Insight graph render with data, visits every page with no console error, and approves a pairing
 request with an admin key. A screenshot of each page lands in $MEMGATE_SCREENSHOTS (or the
-test's tmp folder); the folder is printed. Without Chromium the test skips locally and fails in
-CI (CI=true), so a missing install step cannot pass unnoticed.
+test's tmp folder); the folder is printed. Without Chromium the test skips locally, saying so and
+how to install it, and fails in CI (CI=true), so a missing install step cannot pass unnoticed.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from bot.api.sessions import COOKIE
 from memory.store.rows import add_sources
+from tests.bot.api.browser import ARGS, CHROMIUM, PHONE, Page, browser_or_skip, screenshot_folder
 from tests.bot.api.test_memories import wait_done
 from tests.bot.api.test_routes import _dm
-
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-PHONE = {"width": 390, "height": 844}
-
-
-def _browser_or_skip():
-    reason = None
-    if not CHROMIUM.exists():
-        reason = f"{CHROMIUM} is missing (apt-get install -y chromium)"
-    else:
-        try:
-            from playwright.async_api import async_playwright  # noqa: F401
-        except ImportError:
-            reason = "the playwright package is missing (pip install '.[test]')"
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs the dashboard browser test: {reason}")
-        pytest.skip(reason)
 
 
 @pytest.fixture
 def shots(tmp_path) -> Path:
-    folder = Path(os.environ.get("MEMGATE_SCREENSHOTS") or tmp_path / "screens")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = screenshot_folder(tmp_path)
     print(f"\ndashboard screenshots: {folder}")
     return folder
-
-
-class Page:
-    """A browser page that records every console error and page error it sees."""
-
-    def __init__(self, page, base: str, shots: Path) -> None:
-        self.page, self.base, self.shots, self.errors = page, base, shots, []
-        page.on("console", lambda m: self.errors.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
-        page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
-
-    async def login(self, key: str) -> None:
-        await self.page.goto(self.base + "/")
-        await self.page.get_by_label("API key").fill(key)
-        await self.page.get_by_role("button", name="Log in").click()
-        await self.page.wait_for_selector("nav a[aria-current=page]")
-
-    async def go(self, name: str) -> None:
-        await self.page.click(f"#nav-{name}")
-        await self.page.wait_for_selector(f"#nav-{name}[aria-current=page]")
-
-    async def shot(self, name: str) -> Path:
-        path = self.shots / f"{name}.png"
-        await self.page.screenshot(path=str(path), full_page=True)
-        return path
 
 
 async def _seed(api) -> tuple[str, str, str]:
@@ -93,7 +48,7 @@ async def _seed(api) -> tuple[str, str, str]:
 
 
 async def test_dashboard_in_chromium(api, shots):
-    _browser_or_skip()
+    browser_or_skip()
     from playwright.async_api import async_playwright, expect
 
     expect.set_options(timeout=30_000)  # as long as wait_for's default: a loaded machine renders slowly
@@ -201,6 +156,7 @@ async def test_dashboard_in_chromium(api, shots):
             # Chinese follows the picker.
             await p.page.select_option("#lang", "zh")
             await p.page.locator("#nav-usage", has_text="用量").wait_for()
+            await p.settled()
             saved.append(await p.shot("usage-zh"))
 
             # Logout ends the session: the API no longer takes the cookie.
