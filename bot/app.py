@@ -243,7 +243,9 @@ def _wire_api(app: App, embedder: Embedder) -> None:
     a = app.settings.api
     server = ServerSettings(host=a.host, port=a.port, max_body_bytes=int(a.max_body_mb * 1024 * 1024),
                             rate_per_minute=a.rate_limit_per_minute, rate_burst=a.rate_limit_burst,
-                            session_idle_seconds=a.session_idle_minutes * 60)
+                            session_idle_seconds=a.session_idle_minutes * 60, public_url=a.public_url,
+                            allowed_hosts=a.allowed_hosts, login_per_minute=a.login_per_minute,
+                            login_burst=a.login_burst, sessions_per_key=a.sessions_per_key)
     keys = Keys(app.store, clock=app.clock)
     metrics = Metrics(queue=lambda: app.store.read(lambda c: queue_depth_and_age(c, app.clock())))
     app.extras["usage"].listener = metrics.llm_call

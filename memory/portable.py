@@ -82,6 +82,9 @@ def parse_lines(lines: Iterable[bytes | str]) -> Iterator[tuple[int, ExportRow |
         except json.JSONDecodeError as exc:
             yield n, BadLine(n, f"not JSON ({exc.msg} at column {exc.colno})")
             continue
+        except RecursionError:  # the C parser stops itself at the interpreter's recursion limit
+            yield n, BadLine(n, "not JSON we read (nested too deeply)")
+            continue
         if not isinstance(data, dict):
             yield n, BadLine(n, "not a JSON object")
             continue

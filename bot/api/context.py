@@ -21,6 +21,7 @@ from memory.tasks.skill_library import SkillLibrary
 API_KEY = web.RequestKey("api_key", ApiKey)
 KEYS = web.AppKey("keys", Keys)
 LIMITER = web.AppKey("limiter", RateLimiter)
+LOGINS = web.AppKey("login_limiter", RateLimiter)  # dashboard logins, per presented key and per client
 SESSIONS = web.AppKey("sessions", Sessions)          # dashboard logins (cookie -> key)
 ENGINE = web.AppKey("engine", MemoryEngine)
 METRICS = web.AppKey("metrics", Metrics)

@@ -15,7 +15,7 @@ from bot.api.auth import space_of
 from bot.api.context import CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE
 from bot.api.errors import ApiError
 from bot.api.jobs import finish_job, start_job
-from bot.api.params import opt_int, opt_time
+from bot.api.params import TooDeep, loads_bounded, opt_int, opt_time
 from memory.insight import graph
 from memory.store.dialect import dialect_of
 from memory.store.pulse import pulse
@@ -113,8 +113,10 @@ def _parse_jsonl(raw: str) -> list[dict]:
         if not line.strip():
             continue
         try:
-            d = json.loads(line)
-        except json.JSONDecodeError:
+            d = loads_bounded(line)
+        except TooDeep as exc:
+            raise ApiError(400, "bad_request", f"line {n}: {exc}") from None
+        except ValueError:
             raise ApiError(400, "bad_request", f"line {n} is not JSON") from None
         if not isinstance(d, dict) or not isinstance(d.get("text"), str) or not d["text"].strip():
             raise ApiError(400, "bad_request", f"line {n} needs a non-empty \"text\"")

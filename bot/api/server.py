@@ -21,9 +21,10 @@ from aiohttp import web
 from bot.api import (routes_admin, routes_dashboard, routes_data, routes_memories, routes_operator, routes_ops,
                      routes_session)
 from bot.api.auth import auth_middleware
-from bot.api.context import (CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, METRICS, SESSIONS,
+from bot.api.context import (CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, LOGINS, METRICS, SESSIONS,
                              ApiHost)
 from bot.api.errors import error_middleware
+from bot.api.origins import POLICY, HostPolicy, host_middleware, no_store
 from bot.api.keys import Keys
 from bot.api.metrics import Metrics
 from bot.api.ratelimit import RateLimiter
@@ -44,6 +45,11 @@ class ServerSettings:
     rate_per_minute: float = 600.0
     rate_burst: int = 60
     session_idle_seconds: float = 30 * 60
+    public_url: str = ""                    # https://... of a TLS proxy in front: answered, Secure cookie
+    allowed_hosts: tuple[str, ...] = ()
+    login_per_minute: float = 10.0
+    login_burst: int = 10
+    sessions_per_key: int = 20
 
 
 @web.middleware
@@ -57,16 +63,20 @@ def create_app(engine: MemoryEngine, keys: Keys, host: ApiHost, metrics: Metrics
                settings: ServerSettings = ServerSettings(), clock: Callable[[], datetime],
                monotonic: Callable[[], float] = time.monotonic) -> web.Application:
     """The API application. No CORS headers are ever sent: browsers keep other origins out."""
-    # Order: errors outermost (so auth's and handlers' errors get the JSON shape), then auth.
-    app = web.Application(middlewares=[_count, error_middleware, auth_middleware],
+    # Order: errors outermost (so every refusal gets the JSON shape), then the host and origin
+    # check (before anything reads a key), then auth.
+    app = web.Application(middlewares=[_count, error_middleware, host_middleware, auth_middleware],
                           client_max_size=settings.max_body_bytes)
+    app[POLICY] = HostPolicy.build(settings.host, settings.public_url, settings.allowed_hosts)
+    app.on_response_prepare.append(no_store)
     app[ENGINE] = engine
     app[KEYS] = keys
     app[HOST] = host
     app[METRICS] = metrics
     app[CLOCK] = clock
     app[LIMITER] = RateLimiter(settings.rate_per_minute, settings.rate_burst, clock=monotonic)
-    app[SESSIONS] = Sessions(settings.session_idle_seconds, clock=monotonic)
+    app[LOGINS] = RateLimiter(settings.login_per_minute, settings.login_burst, clock=monotonic)
+    app[SESSIONS] = Sessions(settings.session_idle_seconds, clock=monotonic, per_key=settings.sessions_per_key)
     app[IMPORTS] = set()
     app[INSIGHT_CACHE] = {}
     app.on_cleanup.append(_finish_imports)
