@@ -336,7 +336,7 @@ class Gateway:
         if self.agent is None:
             return "No language model is configured, so I can only run commands. Try /help."
         session = await self.sessions.current(msg.conversation_key, allowed.write_space)
-        history = await self.sessions.history(session.session_id, self.settings.history_tokens)
+        history = await self.sessions.history(session, self.settings.history_tokens)
         req = TurnRequest(text=msg.text_for_agent.strip(), turn_id=f"{msg.conversation_key}:{msg.message_id or id(msg)}:{msg.timestamp.timestamp()}",
                           session_id=session.session_id, history=tuple(history), ctx=ctx, channel=msg.channel,
                           speaker=msg.sender_name or None)

@@ -91,7 +91,9 @@ class MemoryEngine:
                 [memory_id, list(space_ids)]).fetchone()
             if not row:
                 return []
-            anchor = con.execute("SELECT space_id, session_id, created_at FROM memories WHERE id = ?", [row[0]]).fetchone()
+            # The anchor too must be in a space the caller reads: a session id is a name, not a space.
+            anchor = con.execute("SELECT space_id, session_id, created_at FROM memories WHERE id = ? "
+                                 "AND space_id IN (SELECT unnest(?))", [row[0], list(space_ids)]).fetchone()
             if not anchor:
                 return []
             space, session, at = anchor
