@@ -212,13 +212,14 @@ class MemoryEngine:
         return "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in self.export_rows(space_ids)).encode("utf-8")
 
     def import_rows(self, rows: Iterable[dict], space_id: str | None = None, batch: int = 64,
-                    progress: Callable[[int], None] | None = None) -> int:
-        """Import exported rows (re-embedded here; ids kept, so a re-run adds nothing). Returns rows added."""
+                    progress: Callable[[int], None] | None = None):
+        """Import exported rows (re-embedded here; ids kept, so a re-run adds nothing). Returns the
+        ImportReport: rows added, already present, and the id each row has here."""
         from memory.portable import ExportRow, import_rows
 
         parsed = ((n, ExportRow.model_validate(d)) for n, d in enumerate(rows, start=1))
         return import_rows(self.store, self.embedder.embed_passages, parsed, lambda r: space_id or r.space_id,
-                           batch=batch, progress=progress).added
+                           batch=batch, progress=progress)
 
     def import_lines(self, lines: Iterable[bytes | str], space_for: Callable[[object], str], *, batch: int = 64,
                      progress: Callable[[int], None] | None = None, on_bad: Callable[[object], None] | None = None):
