@@ -46,3 +46,14 @@ class ApiHost:
 
 
 HOST = web.AppKey("host", ApiHost)
+
+
+@dataclass(slots=True)
+class LocalToken:
+    """The gateway's own admin token while it is published in api.token (set by ApiServer): the
+    gateway proves it holds it to the CLI (bot.gateway_client.gateway_proof), never shows it."""
+
+    key: str | None = None
+
+
+LOCAL_TOKEN = web.AppKey("local_token", LocalToken)

@@ -7,6 +7,7 @@ admin key (mode 600) in the data folder for the CLI while it runs.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -21,8 +22,8 @@ from aiohttp import web
 from bot.api import (routes_admin, routes_dashboard, routes_data, routes_memories, routes_operator, routes_ops,
                      routes_session)
 from bot.api.auth import auth_middleware
-from bot.api.context import (CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, LOGINS, METRICS, SESSIONS,
-                             ApiHost)
+from bot.api.context import (CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, LOCAL_TOKEN, LOGINS, METRICS,
+                             SESSIONS, ApiHost, LocalToken)
 from bot.api.errors import error_middleware
 from bot.api.origins import POLICY, HostPolicy, host_middleware, no_store
 from bot.api.keys import Keys
@@ -78,6 +79,7 @@ def create_app(engine: MemoryEngine, keys: Keys, host: ApiHost, metrics: Metrics
     app[LOGINS] = RateLimiter(settings.login_per_minute, settings.login_burst, clock=monotonic)
     app[SESSIONS] = Sessions(settings.session_idle_seconds, clock=monotonic, per_key=settings.sessions_per_key)
     app[IMPORTS] = set()
+    app[LOCAL_TOKEN] = LocalToken()
     app[INSIGHT_CACHE] = {}
     app.on_cleanup.append(_finish_imports)
     for module in (routes_ops, routes_session, routes_memories, routes_data, routes_admin, routes_operator,
@@ -90,6 +92,16 @@ async def _finish_imports(app: web.Application) -> None:
     """An accepted import is finished before the database closes (it is a job someone polls)."""
     if app[IMPORTS]:
         await asyncio.gather(*app[IMPORTS], return_exceptions=True)
+
+
+LEGACY_TOKEN_NAME = "local gateway token"   # the name before tokens were tied to a data folder
+
+
+def local_token_name(data_path: Path) -> str:
+    """The name of the gateway's own key for this data folder (gateways on one PostgreSQL but with
+    their own folders keep their own keys)."""
+    folder = hashlib.sha256(str(Path(data_path).resolve()).encode()).hexdigest()[:12]
+    return f"{LEGACY_TOKEN_NAME} {folder}"
 
 
 class ApiServer:
@@ -126,8 +138,15 @@ class ApiServer:
             await self._runner.cleanup()
 
     def _publish(self) -> None:
-        key, rec = self.keys.create("admin", None, name="local gateway token")
+        # One live gateway key per data folder: a gateway killed without cleanup left its key live
+        # (and its api.token readable); it dies now, before the new one exists.
+        name = local_token_name(self.data_path)
+        revoked = self.keys.revoke_named((name, LEGACY_TOKEN_NAME))
+        if revoked:
+            log.info("revoked %d gateway token(s) an earlier run left live", revoked)
+        key, rec = self.keys.create("admin", None, name=name)
         self._token_prefix = rec.prefix
+        self.app[LOCAL_TOKEN].key = key
         self.data_path.mkdir(parents=True, exist_ok=True)
         token = self.data_path / TOKEN_FILE
         fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -137,6 +156,7 @@ class ApiServer:
         (self.data_path / ADDRESS_FILE).write_text(json.dumps({"url": self.url, "pid": os.getpid()}) + "\n")
 
     def _unpublish(self) -> None:
+        self.app[LOCAL_TOKEN].key = None
         for name in (ADDRESS_FILE, TOKEN_FILE):
             try:
                 (self.data_path / name).unlink()
