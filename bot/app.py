@@ -37,6 +37,7 @@ from memory.ingest.worker import IngestSettings
 from memory.llm import LiteLLM, LLMSettings, set_offline_env
 from memory.recall.search import RecallSettings
 from memory.store.backend import open_store as open_backend
+from memory.private_files import loose_paths, private_dir, restrict_umask
 from memory.store.connection import Store
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def open_store(settings: Settings, extra: Sequence = ()) -> Store:
     from bot.api.keys import KEY_MIGRATIONS
     from bot.scheduler import SCHEDULER_MIGRATIONS
 
-    settings.data_path.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_path)
     dim = settings.embedding.dim
     migrations = (*ACCESS_MIGRATIONS, *LINKING_MIGRATIONS, *SESSION_MIGRATIONS, *SCHEDULER_MIGRATIONS, *KEY_MIGRATIONS,
                   *USAGE_MIGRATIONS, *INBOX_MIGRATIONS, *OUTBOX_MIGRATIONS, *JOB_MIGRATIONS, *extra)
@@ -111,6 +112,7 @@ class App:
         # Heavy libraries load in a thread while the loop already serves (DESIGN section 8).
         self._warming = asyncio.create_task(asyncio.to_thread(self._warm_up), name="warm-up")
         self._stack.push_async_callback(asyncio.wait, [self._warming])
+        _warn_loose(self.settings)
         await self.engine.ensure_space(self.access.PUBLIC_SPACE, "public", "shared by everyone let in")
         await self.engine.worker.start()
         self._stack.push_async_callback(self._close_store)
@@ -153,6 +155,9 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
               store: Store | None = None, embedder: Embedder | None = None, serve_api: bool = False) -> App:
     """Wire the whole bot from settings (channels are built by the CLI, which knows the flags)."""
     set_offline_env()
+    # Everything this process writes from here on (database, WAL, logs, caches, SKILL.md files)
+    # is its owner's alone, whatever umask it was started with.
+    restrict_umask()
     clock = clock or (lambda: datetime.now(UTC))
     store = store or open_store(settings)
     embedder = embedder or make_embedder(settings)
@@ -222,6 +227,14 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
     if serve_api:
         _wire_api(app, embedder)
     return app
+
+
+def _warn_loose(settings: Settings) -> None:
+    """One warning when files in the data folder are readable by other accounts (doctor says how to fix)."""
+    loose = loose_paths(settings.data_path)
+    if loose:
+        log.warning("%d path(s) in %s can be read by other accounts (e.g. %s, mode %o): run `memgate doctor`",
+                    len(loose), settings.data_path, loose[0][0], loose[0][1])
 
 
 def _answered_by(channel: str):

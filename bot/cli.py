@@ -27,6 +27,7 @@ from pathlib import Path
 from bot.config import Settings, load_settings
 from bot.errors import ConfigError, MemgateError, StoreLockedError
 from bot.logs import log_file, log_loop_exceptions, setup_logging, terminal_session
+from memory.private_files import loose_paths, open_private, restrict_umask
 
 log = logging.getLogger("memgate")
 
@@ -222,7 +223,7 @@ def cmd_memory(settings: Settings, args) -> int:
 
 def _export(op, args) -> None:
     lines = op.export(args.space, args.user)  # an unknown --user is refused before the file is made
-    out = open(args.file, "w", encoding="utf-8") if args.file != "-" else sys.stdout
+    out = open_private(args.file) if args.file != "-" else sys.stdout  # someone's memories: 0600
     try:
         with _Bar() as bar:
             for line in lines:
@@ -333,6 +334,16 @@ def cmd_doctor(settings: Settings, args) -> int:
         print(f"[{'ok' if ok else 'FAIL'}] {what}" + ("" if ok else f"\n       fix: {fix}"))
         problems += 0 if ok else 1
 
+    # First, as found: opening the store below makes the database's own files private again.
+    loose = loose_paths(settings.data_path, _database_files(settings))
+    if loose:
+        shown = ", ".join(f"{p} ({mode:o})" for p, mode in loose[:5]) + (f" and {len(loose) - 5} more" if len(loose) > 5 else "")
+        report(False, f"open to other accounts on this machine: {shown}",
+               f"chmod -R go-rwx {settings.data_path}" + "".join(f" {p}" for p, _ in loose
+                                                                 if settings.data_path not in p.parents
+                                                                 and p != settings.data_path))
+    else:
+        report(True, f"the data folder {settings.data_path} and the database are private to {getpass.getuser()}")
     from memory.store.connection import connect
 
     try:
@@ -382,6 +393,17 @@ def cmd_doctor(settings: Settings, args) -> int:
                    down_hint(settings.llm.api_base, settings.llm.model))
     print("all good" if not problems else f"{problems} problem(s)")
     return 1 if problems else 0
+
+
+def _database_files(settings: Settings) -> list[Path]:
+    """The DuckDB file and its WAL, wherever `[store] url` puts them (none for PostgreSQL)."""
+    from memory.store.url import parse_store_url
+
+    url = parse_store_url(settings.store_url)
+    if url.backend != "duckdb" or str(url.path) == ":memory:":
+        return []
+    db = Path(url.path)
+    return [db, db.with_name(db.name + ".wal")]
 
 
 # --- pairing, jobs, wechat ----------------------------------------------------------------
@@ -619,6 +641,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    restrict_umask()  # every file memgate writes is its owner's alone, whatever umask it was started with
     args = parser().parse_args(argv)
     if args.command == "memory" and args.action == "list" and args.kind is None:
         args.kind = ["fact"]

@@ -32,6 +32,7 @@ from bot.api.ratelimit import RateLimiter
 from bot.api.sessions import Sessions
 from bot.gateway_client import ADDRESS_FILE, TOKEN_FILE
 from memory.engine import MemoryEngine
+from memory.private_files import private_dir, write_private
 
 log = logging.getLogger(__name__)
 # ADDRESS_FILE ({"url", "pid"}: where the running gateway listens) and TOKEN_FILE (a local admin key
@@ -147,13 +148,9 @@ class ApiServer:
         key, rec = self.keys.create("admin", None, name=name)
         self._token_prefix = rec.prefix
         self.app[LOCAL_TOKEN].key = key
-        self.data_path.mkdir(parents=True, exist_ok=True)
-        token = self.data_path / TOKEN_FILE
-        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(key + "\n")
-        os.chmod(token, 0o600)  # an existing file keeps its old mode through O_CREAT
-        (self.data_path / ADDRESS_FILE).write_text(json.dumps({"url": self.url, "pid": os.getpid()}) + "\n")
+        private_dir(self.data_path)
+        write_private(self.data_path / TOKEN_FILE, key + "\n")
+        write_private(self.data_path / ADDRESS_FILE, json.dumps({"url": self.url, "pid": os.getpid()}) + "\n")
 
     def _unpublish(self) -> None:
         self.app[LOCAL_TOKEN].key = None
