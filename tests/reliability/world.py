@@ -183,6 +183,7 @@ async def _drive(w: World, world_ids: list[str], public_writers: str) -> Counts:
         await w.say(claimant, f"/link {code}")
         await w.say(issuer, "/link yes" if confirmed else "/link no")
         if confirmed:
+            await w.say(claimant, "/link yes")  # both accounts confirm a link
             m.link(issuer, claimant)
     for i in range(len(plan.people)):
         await remember(i, person_marker(i, 1), m.main[i])
