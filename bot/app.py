@@ -18,6 +18,8 @@ from typing import Any
 from bot.channel import Channel, HasLocalCommands, ReportsTrouble, ShowsCommandMenu
 from bot.access import ACCESS_MIGRATIONS, Access
 from bot.agent import Agent, AgentSettings
+from bot.approvals import Approvals
+from bot.approvals import register_commands as register_approval_commands
 from bot.commands import Commands
 from bot.config import Settings
 from bot.gateway import Gateway, GatewaySettings
@@ -182,6 +184,8 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
     access.doorbell = pairing       # strangers' DMs ring the pairing desk
     sessions = Sessions(store, idle=timedelta(hours=settings.agent.session_idle_hours), clock=clock)
     commands = Commands(engine=engine, access=access, pairing=pairing, linking=linking, clock=clock, extra=extras)
+    approvals = Approvals(clock=clock)   # writes beyond the speaker's space wait for their /confirm
+    register_approval_commands(commands, approvals, access)
     agent = None
     if llm is not None:
         a = settings.agent
@@ -191,7 +195,7 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                                                         max_reply_chars=a.max_reply_chars,
                                                         model_address=shown_address(settings.llm.api_base, settings.llm.model),
                                                         down_hint=down_hint(settings.llm.api_base, settings.llm.model)),
-                      clock=clock, observer=observers)
+                      clock=clock, observer=observers, approvals=approvals)
     gateway = Gateway(access=access, sessions=sessions, agent=agent, commands=commands, clock=clock,
                       settings=GatewaySettings(queue_size=settings.agent.queue_size,
                                                history_tokens=settings.agent.history_tokens,

@@ -328,7 +328,8 @@ class Gateway:
             return None
         ctx = ToolContext(space_ids=allowed.space_ids, write_space=allowed.write_space,
                           public_space=self.settings.public_space, may_write_public=allowed.may_write_public,
-                          kept_spaces=allowed.kept_spaces)
+                          kept_spaces=allowed.kept_spaces, private_chat=not msg.is_group,
+                          speaker=allowed.identity.key, conversation=msg.conversation_key)
         if text.startswith("/"):
             out = await self.commands.handle(CommandContext(msg=msg, allowed=allowed, tools=ctx, gateway=self))
             if out is not None:
