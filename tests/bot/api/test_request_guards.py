@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from contextlib import asynccontextmanager
 
 import aiohttp
 import pytest
@@ -24,16 +23,11 @@ from bot.api.context import SESSIONS
 from bot.api.origins import HostPolicy, host_name
 from bot.api.params import MAX_DEPTH, json_depth, loads_bounded
 from bot.api.sessions import COOKIE, Sessions, SessionsFull
-from bot.app import build_app
-from tests.bot.api.conftest import Api, api_settings
+from tests.bot.api.conftest import Api, serve
 
 
-@asynccontextmanager
-async def served(tmp_path, embedder, **api_kw):
-    app = build_app(api_settings(tmp_path, **api_kw), embedder=embedder, serve_api=True)
-    async with app:
-        async with aiohttp.ClientSession(base_url=app.extras["api"].url) as http:
-            yield Api(app, http, app.extras["api"].keys)
+def served(tmp_path, embedder, **api_kw):
+    return serve(tmp_path, embedder, **api_kw)
 
 
 def origin(api: Api) -> str:
