@@ -69,6 +69,7 @@ class Approvals:
 
     @property
     def minutes(self) -> int:
+        """How long a code lasts, in whole minutes (as the notice says it)."""
         return max(1, int(self.ttl.total_seconds() // 60))
 
     def propose(self, speaker: str, conversation: str, what: str, run: Callable[[], Awaitable[str]]) -> PendingWrite:
@@ -100,10 +101,12 @@ class Approvals:
         return done
 
     def cancel(self, code: str, speaker: str, conversation: str) -> str:
+        """Drop the pending write `code` of `speaker` in `conversation`; ApprovalError otherwise."""
         p = self._take(code, speaker, conversation)
         return f"Dropped: {p.what}."
 
     def pending(self) -> int:
+        """How many writes wait for confirmation now."""
         self._sweep(self.clock())
         return len(self._pending)
 

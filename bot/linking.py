@@ -104,6 +104,7 @@ class LinkDecision:
 
     @property
     def linked(self) -> bool:
+        """Both accounts said yes: the claimant now writes to the issuer's space."""
         return self.outcome == "linked"
 
     @property

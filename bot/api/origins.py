@@ -43,6 +43,7 @@ class HostPolicy:
 
     @classmethod
     def build(cls, bind_host: str, public_url: str = "", extra: tuple[str, ...] = ()) -> HostPolicy:
+        """From the settings: the address listened on, `[api] public_url` and `[api] allowed_hosts`."""
         names = set(LOOPBACK_NAMES)
         if bind_host not in WILDCARD_BINDS:
             names.add(bind_host.strip("[]").lower())
@@ -58,6 +59,7 @@ class HostPolicy:
         return self.public_origin.startswith("https://")
 
     def host_ok(self, host: str | None) -> bool:
+        """The Host header names one of ours (any port: the port is the socket's business)."""
         return host_name(host) in self.names
 
     def origin_ok(self, origin: str, host: str | None) -> bool:

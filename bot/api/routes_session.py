@@ -40,6 +40,7 @@ async def _current(request: web.Request) -> tuple[ApiKey, Session]:
 
 @routes.post("/api/v1/session")
 async def login(request: web.Request) -> web.Response:
+    """A key (JSON, from our own page) -> the session cookie and its CSRF token."""
     if request.content_type != "application/json":
         raise ApiError(415, "unsupported_media_type", "log in with a JSON body (Content-Type: application/json)")
     if not same_origin_browser(request):

@@ -80,6 +80,7 @@ class Sessions:
         return s
 
     def close(self, token: str | None) -> None:
+        """End the session of this cookie token (logout)."""
         if token and token in self._by_token:
             self._drop(token)
 

@@ -81,6 +81,7 @@ def _shared_embedder():
 
 
 def function_of(ref: str) -> Callable:
+    """The test function a "module::name" reference names."""
     module, _, name = ref.partition("::")
     return getattr(importlib.import_module(module), name)
 
@@ -143,6 +144,7 @@ async def run_test(ref: str, tmp: Path) -> tuple[str, str]:
 
 
 async def run_row(name: str, tmp: Path) -> Counts:
+    """Run one row's tests: in = run, answered = passed, leaked = failed; skips are named in the note."""
     passed, failed, notes = 0, 0, []
     for i, ref in enumerate(ROWS[name]):
         outcome, detail = await run_test(ref, tmp / f"t{i}")
