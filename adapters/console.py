@@ -24,6 +24,7 @@ from typing import TextIO
 from bot.channel import InboundHandler
 from bot.errors import StoreError
 from bot.message import Message, Reply
+from memory.private_files import write_private
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 # Surrogates that are not a surrogateescape'd byte (those are U+DC80-U+DCFF).
@@ -211,7 +212,7 @@ class ConsoleAdapter:
             text = reply.text
             if reply.document is not None:
                 path = Path(reply.document.filename).resolve()
-                path.write_bytes(reply.document.data)
+                write_private(path, reply.document.data)  # someone's memories: 0600
                 text = f"{text}\n(saved to {path})"
             self._write(f"{self.bot_name}: {text}\n\n")
 

@@ -62,6 +62,12 @@ async def run(selected: list[str]) -> int:
         print(f"[{i}/{len(names)}] {name}: in {counts.messages_in}, lost {counts.lost}, leaked {counts.leaked} "
               f"({seconds:.1f} s){'  ' + counts.note if counts.note else ''}", file=sys.stderr, flush=True)
     print(table(rows))
+    # What each row's note says (the trust rows name the tests that cover their finding).
+    noted = [(c.scenario, c.note) for c, _ in rows if c.note]
+    if noted:
+        print("\nnotes:")
+        for name, note in noted:
+            print(f"- {name}: {note}")
     bad = [c for c, _ in rows if c.lost or c.leaked or c.answered_twice]
     for c in bad:
         print(f"NOT SAFE: {c.scenario}: lost {c.lost}, leaked {c.leaked}, answered twice {c.answered_twice}",

@@ -26,6 +26,8 @@ from bot.delivery.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
 from bot.model_servers import down_hint, shown_address
 from bot.observe import Observers
 from bot.turn.agent import Agent, AgentSettings
+from bot.turn.approvals import Approvals
+from bot.turn.approvals import register_commands as register_approval_commands
 from bot.turn.commands import Commands
 from bot.turn.gateway import Gateway, GatewaySettings
 from bot.turn.sessions import SESSION_MIGRATIONS, Sessions
@@ -38,6 +40,7 @@ from memory.ingest.worker import IngestSettings
 from memory.llm import LiteLLM, LLMSettings, set_offline_env
 from memory.recall.search import RecallSettings
 from memory.store.backend import open_store as open_backend
+from memory.private_files import loose_paths, private_dir, restrict_umask
 from memory.store.connection import Store
 
 log = logging.getLogger(__name__)
@@ -73,7 +76,7 @@ def open_store(settings: Settings, extra: Sequence = ()) -> Store:
     from bot.access.api_keys import KEY_MIGRATIONS
     from bot.scheduler import SCHEDULER_MIGRATIONS
 
-    settings.data_path.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_path)
     dim = settings.embedding.dim
     migrations = (*ACCESS_MIGRATIONS, *LINKING_MIGRATIONS, *SESSION_MIGRATIONS, *SCHEDULER_MIGRATIONS, *KEY_MIGRATIONS,
                   *USAGE_MIGRATIONS, *INBOX_MIGRATIONS, *OUTBOX_MIGRATIONS, *JOB_MIGRATIONS, *extra)
@@ -112,6 +115,7 @@ class App:
         # Heavy libraries load in a thread while the loop already serves (DESIGN section 8).
         self._warming = asyncio.create_task(asyncio.to_thread(self._warm_up), name="warm-up")
         self._stack.push_async_callback(asyncio.wait, [self._warming])
+        _warn_loose(self.settings)
         await self.engine.ensure_space(self.access.PUBLIC_SPACE, "public", "shared by everyone let in")
         await self.engine.worker.start()
         self._stack.push_async_callback(self._close_store)
@@ -154,6 +158,9 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
               store: Store | None = None, embedder: Embedder | None = None, serve_api: bool = False) -> App:
     """Wire the whole bot from settings (channels are built by the CLI, which knows the flags)."""
     set_offline_env()
+    # Everything this process writes from here on (database, WAL, logs, caches, SKILL.md files)
+    # is its owner's alone, whatever umask it was started with.
+    restrict_umask()
     clock = clock or (lambda: datetime.now(UTC))
     store = store or open_store(settings)
     embedder = embedder or make_embedder(settings)
@@ -178,6 +185,8 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
     access.doorbell = pairing       # strangers' DMs ring the pairing desk
     sessions = Sessions(store, idle=timedelta(hours=settings.agent.session_idle_hours), clock=clock)
     commands = Commands(engine=engine, access=access, pairing=pairing, linking=linking, clock=clock, extra=extras)
+    approvals = Approvals(clock=clock)   # writes beyond the speaker's space wait for their /confirm
+    register_approval_commands(commands, approvals, access)
     agent = None
     if llm is not None:
         a = settings.agent
@@ -187,7 +196,7 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                                                         max_reply_chars=a.max_reply_chars,
                                                         model_address=shown_address(settings.llm.api_base, settings.llm.model),
                                                         down_hint=down_hint(settings.llm.api_base, settings.llm.model)),
-                      clock=clock, observer=observers)
+                      clock=clock, observer=observers, approvals=approvals)
     gateway = Gateway(access=access, sessions=sessions, agent=agent, commands=commands, clock=clock,
                       settings=GatewaySettings(queue_size=settings.agent.queue_size,
                                                history_tokens=settings.agent.history_tokens,
@@ -225,6 +234,14 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
     return app
 
 
+def _warn_loose(settings: Settings) -> None:
+    """One warning when files in the data folder are readable by other accounts (doctor says how to fix)."""
+    loose = loose_paths(settings.data_path)
+    if loose:
+        log.warning("%d path(s) in %s can be read by other accounts (e.g. %s, mode %o): run `memgate doctor`",
+                    len(loose), settings.data_path, loose[0][0], loose[0][1])
+
+
 def _answered_by(channel: str):
     """The gateway's answer to a command that only `channel` acts on, sent from elsewhere."""
     async def answer(ctx) -> str:
@@ -244,7 +261,9 @@ def _wire_api(app: App, embedder: Embedder) -> None:
     a = app.settings.api
     server = ServerSettings(host=a.host, port=a.port, max_body_bytes=int(a.max_body_mb * 1024 * 1024),
                             rate_per_minute=a.rate_limit_per_minute, rate_burst=a.rate_limit_burst,
-                            session_idle_seconds=a.session_idle_minutes * 60)
+                            session_idle_seconds=a.session_idle_minutes * 60, public_url=a.public_url,
+                            allowed_hosts=a.allowed_hosts, login_per_minute=a.login_per_minute,
+                            login_burst=a.login_burst, sessions_per_key=a.sessions_per_key)
     keys = Keys(app.store, clock=app.clock)
     metrics = Metrics(queue=lambda: app.store.read(lambda c: queue_depth_and_age(c, app.clock())))
     app.extras["usage"].listener = metrics.llm_call

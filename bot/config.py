@@ -145,6 +145,25 @@ class ApiConfig(_Section):
     rate_limit_per_minute: float = Field(default=600.0, gt=0, le=1_000_000)   # per key, refilled continuously
     rate_limit_burst: int = Field(default=60, ge=1, le=100_000)             # requests a key may make at once
     session_idle_minutes: float = Field(default=30.0, gt=0, le=10080)  # dashboard login ends after this idle time
+    # The https address a TLS proxy serves this API at: its host is answered, its origin may log
+    # in, and the session cookie is then Secure. Empty = loopback only.
+    public_url: str = ""
+    allowed_hosts: tuple[str, ...] = ()  # more host names to answer (besides loopback and public_url's)
+    login_per_minute: float = Field(default=10.0, gt=0, le=10_000)   # dashboard logins per key and per client
+    login_burst: int = Field(default=10, ge=1, le=10_000)           # logins at once, per key and per client
+    sessions_per_key: int = Field(default=20, ge=1, le=10_000)      # a key's live logins; its own oldest ends first
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, v: str) -> str:
+        from urllib.parse import urlsplit
+
+        v = v.strip().rstrip("/")
+        if v:
+            parts = urlsplit(v)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query:
+                raise ValueError("api.public_url must be an origin such as https://memory.example.com")
+        return v
 
 
 class DeliveryConfig(_Section):

@@ -8,9 +8,11 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 from bot.config import Settings
+from memory.private_files import open_private, private_dir
 
 
 class _KeyValueFormatter(logging.Formatter):
@@ -27,21 +29,27 @@ def log_file(settings: Settings) -> Path:
     return settings.data_path / "memgate.log"
 
 
+class _PrivateRotatingFileHandler(RotatingFileHandler):
+    """A rotating log file created (and reopened after each rotation) 0600: it holds turn ids,
+    names and at DEBUG message bodies."""
+
+    def _open(self):
+        return open_private(self.baseFilename, "a", encoding=self.encoding)
+
+
 def setup_logging(settings: Settings, *, to_file: bool, to_stderr: bool | int = True) -> None:
     """Log records to the rotating log file in the data folder and/or to stderr.
 
     `to_stderr`: True = every record, a level = from that level up, False = none (the terminal
     is the chat: nothing may be printed into the prompt)."""
-    from logging.handlers import RotatingFileHandler
-
     root = logging.getLogger()
     root.handlers.clear()
     level = getattr(logging, settings.log_level.upper(), logging.INFO)
     fmt = _KeyValueFormatter()
     if to_file:
-        settings.data_path.mkdir(parents=True, exist_ok=True)
+        private_dir(settings.data_path)
         # Rotated by size so an always-on bot cannot fill the disk with its log.
-        fh = RotatingFileHandler(log_file(settings), maxBytes=int(settings.log_max_mb * 1024 * 1024),
+        fh = _PrivateRotatingFileHandler(log_file(settings), maxBytes=int(settings.log_max_mb * 1024 * 1024),
                                  backupCount=settings.log_backups, encoding="utf-8")
         fh.setFormatter(fmt)
         fh.setLevel(level)

@@ -91,7 +91,9 @@ class MemoryEngine:
                 [memory_id, list(space_ids)]).fetchone()
             if not row:
                 return []
-            anchor = con.execute("SELECT space_id, session_id, created_at FROM memories WHERE id = ?", [row[0]]).fetchone()
+            # The anchor too must be in a space the caller reads: a session id is a name, not a space.
+            anchor = con.execute("SELECT space_id, session_id, created_at FROM memories WHERE id = ? "
+                                 "AND space_id IN (SELECT unnest(?))", [row[0], list(space_ids)]).fetchone()
             if not anchor:
                 return []
             space, session, at = anchor
@@ -210,13 +212,14 @@ class MemoryEngine:
         return "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in self.export_rows(space_ids)).encode("utf-8")
 
     def import_rows(self, rows: Iterable[dict], space_id: str | None = None, batch: int = 64,
-                    progress: Callable[[int], None] | None = None) -> int:
-        """Import exported rows (re-embedded here; ids kept, so a re-run adds nothing). Returns rows added."""
+                    progress: Callable[[int], None] | None = None):
+        """Import exported rows (re-embedded here; ids kept, so a re-run adds nothing). Returns the
+        ImportReport: rows added, already present, and the id each row has here."""
         from memory.portable import ExportRow, import_rows
 
         parsed = ((n, ExportRow.model_validate(d)) for n, d in enumerate(rows, start=1))
         return import_rows(self.store, self.embedder.embed_passages, parsed, lambda r: space_id or r.space_id,
-                           batch=batch, progress=progress).added
+                           batch=batch, progress=progress)
 
     def import_lines(self, lines: Iterable[bytes | str], space_for: Callable[[object], str], *, batch: int = 64,
                      progress: Callable[[int], None] | None = None, on_bad: Callable[[object], None] | None = None):

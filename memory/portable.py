@@ -65,6 +65,7 @@ class ImportReport:
     added: int = 0
     present: int = 0                        # already imported (same id in the target space)
     bad: list[BadLine] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)   # the id each good row has here (added or present), once each
 
 
 def parse_lines(lines: Iterable[bytes | str]) -> Iterator[tuple[int, ExportRow | BadLine]]:
@@ -81,6 +82,9 @@ def parse_lines(lines: Iterable[bytes | str]) -> Iterator[tuple[int, ExportRow |
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             yield n, BadLine(n, f"not JSON ({exc.msg} at column {exc.colno})")
+            continue
+        except RecursionError:  # the C parser stops itself at the interpreter's recursion limit
+            yield n, BadLine(n, "not JSON we read (nested too deeply)")
             continue
         if not isinstance(data, dict):
             yield n, BadLine(n, "not a JSON object")
@@ -119,7 +123,8 @@ def import_rows(store: Store, embed: EmbedFn, rows: Iterable[tuple[int, ExportRo
         where = dict(con.execute("SELECT id, space_id FROM memories WHERE id IN (SELECT unnest(?))", [keys]).fetchall())
         return [target_id(k, t, k in where and where[k] != t) for k, (_, t) in zip(keys, items)]
 
-    def missing(con: Conn, items: Sequence[tuple[ExportRow, str]]) -> list[tuple[str, ExportRow, str]]:
+    def missing(con: Conn, items: Sequence[tuple[ExportRow, str]]) -> tuple[list[str], list[tuple[str, ExportRow, str]]]:
+        """(the id of every item here, the items not stored yet with their ids)."""
         ids = ids_for(con, items)
         have = {row[0] for row in con.execute("SELECT id FROM memories WHERE id IN (SELECT unnest(?))", [ids]).fetchall()}
         out, seen = [], set()
@@ -127,17 +132,19 @@ def import_rows(store: Store, embed: EmbedFn, rows: Iterable[tuple[int, ExportRo
             if i not in have and i not in seen:  # the same row twice in one file: keep the first
                 seen.add(i)
                 out.append((i, r, t))
-        return out
+        return ids, out
+
+    stored: dict[str, None] = {}   # ordered set of the ids the file's rows have here
 
     def flush() -> None:
         if not pending:
             return
-        todo = store.read(lambda c: missing(c, pending))
+        ids, todo = store.read(lambda c: missing(c, pending))
         texts = [normalize(r.text) for _, r, _ in todo]
         vecs = embed(texts) if todo else None  # embedding happens outside the write lock
 
         def write(con: Conn) -> int:
-            still = {i for i, _, _ in missing(con, [(r, t) for _, r, t in todo])}
+            still = {i for i, _, _ in missing(con, [(r, t) for _, r, t in todo])[1]}
             keep = [k for k, (i, _, _) in enumerate(todo) if i in still]
             if keep:
                 insert_memories(con, [NewMemory(
@@ -149,6 +156,7 @@ def import_rows(store: Store, embed: EmbedFn, rows: Iterable[tuple[int, ExportRo
         added = store.write(write) if todo else 0
         report.added += added
         report.present += len(pending) - added
+        stored.update(dict.fromkeys(ids))
         links.extend((i, src, t) for i, r, t in todo for src in r.sources)
         if progress:
             progress(len(pending))
@@ -161,6 +169,7 @@ def import_rows(store: Store, embed: EmbedFn, rows: Iterable[tuple[int, ExportRo
     flush()
     if links:
         store.write(lambda con: _link_sources(con, links))
+    report.ids = list(stored)
     return report
 
 

@@ -115,6 +115,20 @@ class Keys:
         return [ApiKey(*r) for r in self.store.read(lambda c: c.execute(
             f"SELECT {_COLUMNS} FROM api_keys ORDER BY created_at, id").fetchall())]
 
+    def revoke_named(self, names: tuple[str, ...]) -> int:
+        """Revoke every live admin key with one of these names (the gateway's own, left by earlier runs)."""
+        now = utc_naive(self.clock())
+
+        def write(con: Conn) -> int:
+            ids = [r[0] for r in con.execute(
+                "SELECT id FROM api_keys WHERE scope = 'admin' AND revoked_at IS NULL AND name IN (SELECT unnest(?))",
+                [list(names)]).fetchall()]
+            if ids:
+                con.execute("UPDATE api_keys SET revoked_at = ? WHERE id IN (SELECT unnest(?))", [now, ids])
+            return len(ids)
+
+        return self.store.write(write)
+
     def revoke(self, prefix: str) -> ApiKey:
         """Revoke the one live key whose prefix starts with `prefix` (ambiguity is an error)."""
         now = utc_naive(self.clock())

@@ -2,9 +2,14 @@
 
 The flow, all in direct messages (a code posted in a group is a code anyone there can use):
 1. `offer`: account A sends /link and gets a one-time code (valid `link_code_minutes`).
-2. `claim`: account B sends /link CODE. Nothing is shared yet; A is asked, in A's own DM, and
-   shown which account asks (channel, name and id).
-3. `decide`: A answers /link yes (B joins A's space) or /link no (the code is spent either way).
+2. `claim`: account B sends /link CODE. Nothing is shared yet. Both accounts are asked, each in
+   its own DM, and each is shown the other by platform and id (never by display name, which
+   anyone can set to look like anything) with the direction in words: B's new messages will be
+   kept in A's memory, and B will read it.
+3. `decide`: each answers /link yes or /link no; B joins A's space only when both said yes (a
+   no from either spends the code). Both must agree because a code can be run backwards: an
+   attacker's code pasted by a victim would otherwise file the victim's words in the
+   attacker's memory on the attacker's yes alone.
 B's earlier memories do not move into A's space: they stay in B's old space, which B keeps
 reading (a kept space) and nobody else does. Each account may try `link_attempts_per_hour`
 wrong codes an hour; then it is locked out until the hour has passed.
@@ -19,6 +24,7 @@ import logging
 import math
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Literal
 
 from bot.access.codes import normalize_code
 from bot.access.identities import AccessError, Identity, Role
@@ -38,7 +44,7 @@ LINKING_MIGRATIONS: tuple[Migration, ...] = (
             channel VARCHAR NOT NULL,           -- the issuer: whose space is joined, who confirms
             external_id VARCHAR NOT NULL,
             chat_id VARCHAR NOT NULL,           -- the issuer's DM, where the confirmation is asked
-            status VARCHAR NOT NULL,            -- open | claimed | linked | refused | replaced
+            status VARCHAR NOT NULL,            -- open | claimed | issuer_yes | claimant_yes | linked | refused | replaced
             created_at TIMESTAMP NOT NULL,
             expires_at TIMESTAMP NOT NULL,      -- of the code, then of the claim waiting for a yes
             claimant_channel VARCHAR,           -- the account that sent the code back
@@ -70,23 +76,43 @@ class LinkOffer:
     minutes: int
 
 
+# Offers waiting for answers: the claim made, and which side has said yes so far.
+WAITING = ("claimed", "issuer_yes", "claimant_yes")
+
+
 @dataclass(frozen=True, slots=True)
 class LinkClaim:
-    """A code sent back by another account: the issuer must now confirm in `issuer_chat_id`."""
+    """A code sent back by another account: both must now confirm, each in its own DM."""
 
     issuer: Identity
     issuer_chat_id: str
     claimant: Identity
     minutes: int
+    claimant_chat_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class LinkDecision:
-    """The issuer's answer; `claimant` is as it is now (in the issuer's space when linked)."""
+    """One account's answer. `outcome`: linked (both said yes), waiting (for the other's yes) or
+    refused. `side` is who answered ("issuer" or "claimant"); the identities are as they are
+    now (the claimant in the issuer's space when linked)."""
 
-    linked: bool
+    outcome: Literal["linked", "waiting", "refused"]
+    side: Literal["issuer", "claimant"]
+    issuer: Identity
+    issuer_chat_id: str
     claimant: Identity
     claimant_chat_id: str
+
+    @property
+    def linked(self) -> bool:
+        """Both accounts said yes: the claimant now writes to the issuer's space."""
+        return self.outcome == "linked"
+
+    @property
+    def other(self) -> tuple[Identity, str]:
+        """The other account and its DM: who is told of this answer."""
+        return (self.claimant, self.claimant_chat_id) if self.side == "issuer" else (self.issuer, self.issuer_chat_id)
 
 
 class Linking:
@@ -104,7 +130,8 @@ class Linking:
         def write(con: Conn) -> str:
             me = self._known(con, identity, "linking is for people I know: send /link to me in a direct message")
             con.execute("""UPDATE link_offers SET status = 'replaced', decided_at = ?
-                           WHERE channel = ? AND external_id = ? AND status IN ('open', 'claimed')""",
+                           WHERE channel = ? AND external_id = ? AND status IN ('open', 'claimed', 'issuer_yes',
+                                                                                'claimant_yes')""",
                         [now, me.channel, me.external_id])
             code = self.access.unique_code(con, "link_offers")
             con.execute("""INSERT INTO link_offers (code, channel, external_id, chat_id, status, created_at, expires_at)
@@ -115,7 +142,7 @@ class Linking:
         return LinkOffer(await self.access.write(write), self.config.link_code_minutes)
 
     async def claim(self, code: str, identity: Identity, msg: Message) -> LinkClaim:
-        """`identity` sends back a code: the issuer will be asked to confirm. Wrong codes count."""
+        """`identity` sends back a code: both accounts will be asked to confirm. Wrong codes count."""
         self._require_dm(msg)
         code, now = normalize_code(code), self.access.now()
         ttl = timedelta(minutes=self.config.link_code_minutes)
@@ -150,7 +177,7 @@ class Linking:
                                claimant_name = ?, claimant_chat_id = ?, claimed_at = ?, expires_at = ?
                            WHERE code = ?""",
                         [me.channel, me.external_id, me.display_name, msg.chat_id, now, now + ttl, code])
-            return "claimed", LinkClaim(issuer, row[2], me, self.config.link_code_minutes)
+            return "claimed", LinkClaim(issuer, row[2], me, self.config.link_code_minutes, msg.chat_id)
 
         outcome, detail = await self.access.write(write)
         if outcome == "locked":
@@ -163,38 +190,50 @@ class Linking:
         return detail
 
     async def decide(self, identity: Identity, msg: Message, *, yes: bool) -> LinkDecision:
-        """The issuer's answer to the claim waiting on their code: link (yes) or refuse (no)."""
+        """One account's answer to the claim waiting on it (as issuer or as claimant): the link is
+        made on the second yes; a no from either side refuses it."""
         self._require_dm(msg)
         now = self.access.now()
 
         def write(con: Conn) -> LinkDecision:
             me = self._known(con, identity, "send /link yes or /link no to me in a direct message")
             row = con.execute(
-                """SELECT code, claimant_channel, claimant_id, claimant_chat_id FROM link_offers
-                   WHERE channel = ? AND external_id = ? AND status = 'claimed' AND expires_at > ?
-                   ORDER BY claimed_at DESC LIMIT 1""", [me.channel, me.external_id, now]).fetchone()
+                f"""SELECT code, channel, external_id, chat_id, claimant_channel, claimant_id, claimant_chat_id, status
+                   FROM link_offers
+                   WHERE status IN ({", ".join("?" * len(WAITING))}) AND expires_at > ?
+                     AND ((channel = ? AND external_id = ?) OR (claimant_channel = ? AND claimant_id = ?))
+                   ORDER BY claimed_at DESC LIMIT 1""",
+                [*WAITING, now, me.channel, me.external_id, me.channel, me.external_id]).fetchone()
             if row is None:
-                raise AccessError("no account is waiting for your confirmation: send /link to get a code first")
-            code, claimant_chat = row[0], row[3]
-            claimant = self.access.select(con, row[1], row[2])
-            if claimant is None or claimant.role is Role.BLOCKED:
-                raise AccessError("the account that asked is gone")
-            con.execute("UPDATE link_offers SET status = ?, decided_at = ? WHERE code = ?",
-                        ["linked" if yes else "refused", now, code])
+                raise AccessError("no link is waiting for your confirmation: send /link to get a code first")
+            code, issuer_chat, claimant_chat, status = row[0], row[3], row[6], row[7]
+            side = "issuer" if (row[1], row[2]) == (me.channel, me.external_id) else "claimant"
+            issuer, claimant = self.access.select(con, row[1], row[2]), self.access.select(con, row[4], row[5])
+            if issuer is None or claimant is None or Role.BLOCKED in (issuer.role, claimant.role):
+                raise AccessError("the other account is gone")
             if not yes:
-                return LinkDecision(False, claimant, claimant_chat)
-            old, target = claimant.space_id, me.space_id
+                con.execute("UPDATE link_offers SET status = 'refused', decided_at = ? WHERE code = ?", [now, code])
+                return LinkDecision("refused", side, issuer, issuer_chat, claimant, claimant_chat)
+            other = "claimant" if side == "issuer" else "issuer"
+            if status != f"{other}_yes":
+                con.execute("UPDATE link_offers SET status = ? WHERE code = ?", [f"{side}_yes", code])
+                return LinkDecision("waiting", side, issuer, issuer_chat, claimant, claimant_chat)
+            if issuer.space_id == claimant.space_id:
+                raise AccessError("these accounts already share one memory")
+            con.execute("UPDATE link_offers SET status = 'linked', decided_at = ? WHERE code = ?", [now, code])
+            old, target = claimant.space_id, issuer.space_id
             # Every account already sharing the claimant's space comes along (one person, one
             # space), and each keeps reading the old space; its memories stay where they are.
             con.execute("""INSERT INTO kept_spaces (channel, external_id, space_id, kept_at)
                            SELECT channel, external_id, space_id, ? FROM identities WHERE space_id = ?
                            ON CONFLICT DO NOTHING""", [now, old])
             con.execute("UPDATE identities SET space_id = ?, updated_at = ? WHERE space_id = ?", [target, now, old])
-            return LinkDecision(True, self.access.select(con, claimant.channel, claimant.external_id), claimant_chat)
+            return LinkDecision("linked", side, issuer, issuer_chat,
+                                self.access.select(con, claimant.channel, claimant.external_id), claimant_chat)
 
         decision = await self.access.write(write)
-        log.info("link of %s into %s's space: %s", decision.claimant.key, identity.key,
-                 "confirmed" if decision.linked else "refused")
+        log.info("link of %s into %s's space: %s by the %s", decision.claimant.key, decision.issuer.key,
+                 decision.outcome, decision.side)
         return decision
 
     # --- internals -------------------------------------------------------------------------

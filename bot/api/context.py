@@ -21,6 +21,7 @@ from memory.tasks.skill_library import SkillLibrary
 API_KEY = web.RequestKey("api_key", ApiKey)
 KEYS = web.AppKey("keys", Keys)
 LIMITER = web.AppKey("limiter", RateLimiter)
+LOGINS = web.AppKey("login_limiter", RateLimiter)  # dashboard logins, per presented key and per client
 SESSIONS = web.AppKey("sessions", Sessions)          # dashboard logins (cookie -> key)
 ENGINE = web.AppKey("engine", MemoryEngine)
 METRICS = web.AppKey("metrics", Metrics)
@@ -45,3 +46,14 @@ class ApiHost:
 
 
 HOST = web.AppKey("host", ApiHost)
+
+
+@dataclass(slots=True)
+class LocalToken:
+    """The gateway's own admin token while it is published in api.token (set by ApiServer): the
+    gateway proves it holds it to the CLI (bot.gateway_client.gateway_proof), never shows it."""
+
+    key: str | None = None
+
+
+LOCAL_TOKEN = web.AppKey("local_token", LocalToken)

@@ -15,10 +15,46 @@ MAX_LIMIT = 200
 DEFAULT_LIMIT = 50
 
 
+MAX_DEPTH = 32      # our bodies nest 3 deep; deeper is a probe, and deep enough breaks any recursive code
+
+
+def json_depth(value: object) -> int:
+    """How deep arrays and objects nest (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        if isinstance(v, list):
+            deepest = max(deepest, d)
+            stack.extend((x, d + 1) for x in v if isinstance(x, (list, dict)))
+    return deepest
+
+
+class TooDeep(ValueError):
+    """JSON nested past MAX_DEPTH."""
+
+    def __init__(self) -> None:
+        super().__init__(f"the JSON nests deeper than {MAX_DEPTH} levels")
+
+
+def loads_bounded(text: str | bytes) -> object:
+    """json.loads, with nesting past MAX_DEPTH a ValueError (TooDeep) like any other bad JSON."""
+    try:
+        data = json.loads(text)
+    except RecursionError:  # the C parser stops itself at the interpreter's recursion limit
+        raise TooDeep() from None
+    if json_depth(data) > MAX_DEPTH:
+        raise TooDeep()
+    return data
+
+
 async def body_json(request: web.Request) -> dict:
     try:
-        data = await request.json(loads=json.loads)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = await request.json(loads=loads_bounded)
+    except TooDeep as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ApiError(400, "bad_request", "the body must be JSON") from None
     if not isinstance(data, dict):
         raise ApiError(400, "bad_request", "the body must be a JSON object")

@@ -19,10 +19,11 @@ class _Bucket:
 class RateLimiter:
     """take(key) -> 0.0 when allowed, else the seconds until one token is back (Retry-After)."""
 
-    def __init__(self, per_minute: float, burst: int, *, clock: Callable[[], float]) -> None:
+    def __init__(self, per_minute: float, burst: int, *, clock: Callable[[], float], max_buckets: int = 100_000) -> None:
         self.rate = per_minute / 60.0
         self.burst = float(burst)
         self.clock = clock
+        self.max_buckets = max_buckets
         self._buckets: dict[str, _Bucket] = {}
 
     def take(self, key: str) -> float:
@@ -30,6 +31,8 @@ class RateLimiter:
         now = self.clock()
         b = self._buckets.get(key)
         if b is None:
+            if len(self._buckets) >= self.max_buckets:
+                self._forget_full(now)
             b = self._buckets[key] = _Bucket(self.burst, now)
         b.tokens = min(self.burst, b.tokens + (now - b.at) * self.rate)
         b.at = now
@@ -37,6 +40,16 @@ class RateLimiter:
             b.tokens -= 1.0
             return 0.0
         return (1.0 - b.tokens) / self.rate if self.rate > 0 else math.inf
+
+    def _forget_full(self, now: float) -> None:
+        """Bound memory whatever the number of callers (a login limiter sees every guessed key): a
+        bucket that has refilled is the same as none; if every bucket is still draining, the
+        oldest half goes (their callers start again with a full burst, never with less)."""
+        for k in [k for k, b in self._buckets.items() if b.tokens + (now - b.at) * self.rate >= self.burst]:
+            del self._buckets[k]
+        if len(self._buckets) >= self.max_buckets:
+            for k in sorted(self._buckets, key=lambda k: self._buckets[k].at)[: len(self._buckets) // 2]:
+                del self._buckets[k]
 
 
 def retry_after_header(seconds: float) -> str:

@@ -15,7 +15,7 @@ from bot.api.auth import space_of
 from bot.api.context import CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE
 from bot.api.errors import ApiError
 from bot.api.jobs import finish_job, start_job
-from bot.api.params import opt_int, opt_time
+from bot.api.params import TooDeep, loads_bounded, opt_int, opt_time
 from memory.insight import graph
 from memory.store.dialect import dialect_of
 from memory.store.pulse import pulse
@@ -113,8 +113,10 @@ def _parse_jsonl(raw: str) -> list[dict]:
         if not line.strip():
             continue
         try:
-            d = json.loads(line)
-        except json.JSONDecodeError:
+            d = loads_bounded(line)
+        except TooDeep as exc:
+            raise ApiError(400, "bad_request", f"line {n}: {exc}") from None
+        except ValueError:
             raise ApiError(400, "bad_request", f"line {n} is not JSON") from None
         if not isinstance(d, dict) or not isinstance(d.get("text"), str) or not d["text"].strip():
             raise ApiError(400, "bad_request", f"line {n} needs a non-empty \"text\"")
@@ -153,13 +155,10 @@ async def import_rows(request: web.Request) -> web.Response:
 async def _run_import(app: web.Application, job_id: str, space: str, rows: list[dict]) -> None:
     engine, clock = app[ENGINE], app[CLOCK]
     try:
-        given = [d["id"] for d in rows if d.get("id")]
-        have = set(await engine.store.aread(lambda c: [r[0] for r in c.execute(
-            "SELECT id FROM memories WHERE space_id = ? AND id IN (SELECT unnest(?))", [space, given]).fetchall()]))
-        fresh = [d for d in rows if d.get("id") not in have or not d.get("id")]
-        await asyncio.to_thread(engine.import_rows, fresh, space)
-        ids = [d["id"] for d in rows if d.get("id")]
-        await engine.store.awrite(lambda c: finish_job(c, job_id, "done", ids, None, clock()))
+        # Rows already here are skipped by the import itself; the job lists the id each row has in
+        # this space (a row whose id another space holds is stored under a derived one).
+        report = await asyncio.to_thread(engine.import_rows, rows, space)
+        await engine.store.awrite(lambda c: finish_job(c, job_id, "done", report.ids, None, clock()))
     except Exception as exc:
         log.exception("API import %s failed", job_id)
         error = f"{type(exc).__name__}: {exc}"

@@ -66,6 +66,15 @@ async def _one(request: web.Request, memory_id: str) -> MemoryView:
     return found[0]
 
 
+def session_elsewhere(con, session_id: str, space: str) -> bool:
+    """Whether any other space has used this session id (a chat's session, a queued or stored turn)."""
+    return con.execute(
+        """SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = $s AND space_id <> $sp)
+               OR EXISTS (SELECT 1 FROM ingest_queue WHERE session_id = $s AND space_id <> $sp)
+               OR EXISTS (SELECT 1 FROM memories WHERE session_id = $s AND space_id <> $sp)""",
+        {"s": session_id, "sp": space}).fetchone()[0]
+
+
 @routes.post("/api/v1/memories")
 async def create_memory(request: web.Request) -> web.Response:
     body = await body_json(request)
@@ -82,6 +91,9 @@ async def create_memory(request: web.Request) -> web.Response:
         session = body.get("session_id")
         if session is not None and not isinstance(session, str):
             raise ApiError(400, "bad_request", "session_id must be a string")
+        if session is not None and await engine.store.aread(lambda c: session_elsewhere(c, session, space)):
+            raise ApiError(403, "forbidden", "that session_id belongs to another space: a key names only its own "
+                           "space's sessions")
         job_id = new_id("j")
         await engine.ensure_space(space, "user")
         queued = await engine.capture(CapturedTurn(space_id=space, session_id=session, turn_id=job_id,

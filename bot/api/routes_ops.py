@@ -1,11 +1,13 @@
-"""Operations routes, no key needed: GET /healthz (database, ingest queue, channels) and
-GET /metrics (Prometheus text). Neither shows anything of anyone's memory."""
+"""Operations routes, no key needed: GET /healthz (database, ingest queue, channels; and the
+answer to the CLI's challenge, bot.gateway_client) and GET /metrics (Prometheus text). Neither
+shows anything of anyone's memory."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from bot.api.context import ENGINE, HOST, METRICS
+from bot.api.context import ENGINE, HOST, LOCAL_TOKEN, METRICS
+from bot.operator.gateway_client import CHALLENGE_HEADER, PROOF_HEADER, gateway_proof
 
 routes = web.RouteTableDef()
 
@@ -21,8 +23,11 @@ async def healthz(request: web.Request) -> web.Response:
         depth, db = None, f"error: {type(exc).__name__}"
     channels = host.channels()
     ok = db == "ok" and all(channels.values())
+    # The CLI's challenge: proof that this is the gateway whose token sits in api.token.
+    nonce, token = request.headers.get(CHALLENGE_HEADER, ""), request.app[LOCAL_TOKEN].key
+    proof = {PROOF_HEADER: gateway_proof(token, nonce)} if token and 0 < len(nonce) <= 128 else {}
     return web.json_response({"status": "ok" if ok else "degraded", "database": db, "ingest_queue": depth,
-                              "channels": channels}, status=200 if db == "ok" else 503)
+                              "channels": channels}, status=200 if db == "ok" else 503, headers=proof)
 
 
 @routes.get("/metrics")

@@ -7,6 +7,7 @@ admin key (mode 600) in the data folder for the CLI while it runs.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -21,15 +22,17 @@ from aiohttp import web
 from bot.api import (routes_admin, routes_dashboard, routes_data, routes_memories, routes_operator, routes_ops,
                      routes_session)
 from bot.api.auth import auth_middleware
-from bot.api.context import (CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, METRICS, SESSIONS,
-                             ApiHost)
+from bot.api.context import (CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, LOCAL_TOKEN, LOGINS, METRICS,
+                             SESSIONS, ApiHost, LocalToken)
 from bot.api.errors import error_middleware
 from bot.access.api_keys import Keys
+from bot.api.origins import POLICY, HostPolicy, host_middleware, no_store
 from bot.api.metrics import Metrics
 from bot.api.ratelimit import RateLimiter
 from bot.api.sessions import Sessions
 from bot.operator.gateway_client import ADDRESS_FILE, TOKEN_FILE
 from memory.engine import MemoryEngine
+from memory.private_files import private_dir, write_private
 
 log = logging.getLogger(__name__)
 # ADDRESS_FILE ({"url", "pid"}: where the running gateway listens) and TOKEN_FILE (a local admin key
@@ -44,6 +47,11 @@ class ServerSettings:
     rate_per_minute: float = 600.0
     rate_burst: int = 60
     session_idle_seconds: float = 30 * 60
+    public_url: str = ""                    # https://... of a TLS proxy in front: answered, Secure cookie
+    allowed_hosts: tuple[str, ...] = ()
+    login_per_minute: float = 10.0
+    login_burst: int = 10
+    sessions_per_key: int = 20
 
 
 @web.middleware
@@ -57,17 +65,22 @@ def create_app(engine: MemoryEngine, keys: Keys, host: ApiHost, metrics: Metrics
                settings: ServerSettings = ServerSettings(), clock: Callable[[], datetime],
                monotonic: Callable[[], float] = time.monotonic) -> web.Application:
     """The API application. No CORS headers are ever sent: browsers keep other origins out."""
-    # Order: errors outermost (so auth's and handlers' errors get the JSON shape), then auth.
-    app = web.Application(middlewares=[_count, error_middleware, auth_middleware],
+    # Order: errors outermost (so every refusal gets the JSON shape), then the host and origin
+    # check (before anything reads a key), then auth.
+    app = web.Application(middlewares=[_count, error_middleware, host_middleware, auth_middleware],
                           client_max_size=settings.max_body_bytes)
+    app[POLICY] = HostPolicy.build(settings.host, settings.public_url, settings.allowed_hosts)
+    app.on_response_prepare.append(no_store)
     app[ENGINE] = engine
     app[KEYS] = keys
     app[HOST] = host
     app[METRICS] = metrics
     app[CLOCK] = clock
     app[LIMITER] = RateLimiter(settings.rate_per_minute, settings.rate_burst, clock=monotonic)
-    app[SESSIONS] = Sessions(settings.session_idle_seconds, clock=monotonic)
+    app[LOGINS] = RateLimiter(settings.login_per_minute, settings.login_burst, clock=monotonic)
+    app[SESSIONS] = Sessions(settings.session_idle_seconds, clock=monotonic, per_key=settings.sessions_per_key)
     app[IMPORTS] = set()
+    app[LOCAL_TOKEN] = LocalToken()
     app[INSIGHT_CACHE] = {}
     app.on_cleanup.append(_finish_imports)
     for module in (routes_ops, routes_session, routes_memories, routes_data, routes_admin, routes_operator,
@@ -80,6 +93,16 @@ async def _finish_imports(app: web.Application) -> None:
     """An accepted import is finished before the database closes (it is a job someone polls)."""
     if app[IMPORTS]:
         await asyncio.gather(*app[IMPORTS], return_exceptions=True)
+
+
+LEGACY_TOKEN_NAME = "local gateway token"   # the name before tokens were tied to a data folder
+
+
+def local_token_name(data_path: Path) -> str:
+    """The name of the gateway's own key for this data folder (gateways on one PostgreSQL but with
+    their own folders keep their own keys)."""
+    folder = hashlib.sha256(str(Path(data_path).resolve()).encode()).hexdigest()[:12]
+    return f"{LEGACY_TOKEN_NAME} {folder}"
 
 
 class ApiServer:
@@ -116,17 +139,21 @@ class ApiServer:
             await self._runner.cleanup()
 
     def _publish(self) -> None:
-        key, rec = self.keys.create("admin", None, name="local gateway token")
+        # One live gateway key per data folder: a gateway killed without cleanup left its key live
+        # (and its api.token readable); it dies now, before the new one exists.
+        name = local_token_name(self.data_path)
+        revoked = self.keys.revoke_named((name, LEGACY_TOKEN_NAME))
+        if revoked:
+            log.info("revoked %d gateway token(s) an earlier run left live", revoked)
+        key, rec = self.keys.create("admin", None, name=name)
         self._token_prefix = rec.prefix
-        self.data_path.mkdir(parents=True, exist_ok=True)
-        token = self.data_path / TOKEN_FILE
-        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(key + "\n")
-        os.chmod(token, 0o600)  # an existing file keeps its old mode through O_CREAT
-        (self.data_path / ADDRESS_FILE).write_text(json.dumps({"url": self.url, "pid": os.getpid()}) + "\n")
+        self.app[LOCAL_TOKEN].key = key
+        private_dir(self.data_path)
+        write_private(self.data_path / TOKEN_FILE, key + "\n")
+        write_private(self.data_path / ADDRESS_FILE, json.dumps({"url": self.url, "pid": os.getpid()}) + "\n")
 
     def _unpublish(self) -> None:
+        self.app[LOCAL_TOKEN].key = None
         for name in (ADDRESS_FILE, TOKEN_FILE):
             try:
                 (self.data_path / name).unlink()

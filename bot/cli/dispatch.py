@@ -31,6 +31,7 @@ import sys
 from bot.cli import doctor, jobs, keys, memory, migrate, onboard, pairing, run, service, wechat
 from bot.config import load_settings
 from bot.errors import ConfigError, MemgateError, StoreLockedError
+from memory.private_files import restrict_umask
 
 # In the order `memgate --help` lists them.
 COMMANDS = (run.add_chat, run.add_run, memory.add_memory, migrate.add_reembed, doctor.add_doctor, migrate.add_migrate,
@@ -50,6 +51,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse, check, load the config, run the command; its exit code (failures as one line on stderr)."""
+    restrict_umask()  # every file memgate writes is its owner's alone, whatever umask it was started with
     args = parser().parse_args(argv)
     check = getattr(args, "check", None)
     problem = check(args) if check is not None else None

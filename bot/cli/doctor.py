@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 from datetime import UTC, datetime
+from pathlib import Path
 
 from bot.cli.run import NO_LLM_TEXT
 from bot.config import Settings
 from bot.errors import StoreLockedError
+from memory.private_files import loose_paths
 
 
 def cmd_doctor(settings: Settings, args) -> int:
@@ -21,6 +24,16 @@ def cmd_doctor(settings: Settings, args) -> int:
         print(f"[{'ok' if ok else 'FAIL'}] {what}" + ("" if ok else f"\n       fix: {fix}"))
         problems += 0 if ok else 1
 
+    # First, as found: opening the store below makes the database's own files private again.
+    loose = loose_paths(settings.data_path, _database_files(settings))
+    if loose:
+        shown = ", ".join(f"{p} ({mode:o})" for p, mode in loose[:5]) + (f" and {len(loose) - 5} more" if len(loose) > 5 else "")
+        report(False, f"open to other accounts on this machine: {shown}",
+               f"chmod -R go-rwx {settings.data_path}" + "".join(f" {p}" for p, _ in loose
+                                                                 if settings.data_path not in p.parents
+                                                                 and p != settings.data_path))
+    else:
+        report(True, f"the data folder {settings.data_path} and the database are private to {getpass.getuser()}")
     from memory.store.connection import connect
 
     try:
@@ -70,6 +83,17 @@ def cmd_doctor(settings: Settings, args) -> int:
                    down_hint(settings.llm.api_base, settings.llm.model))
     print("all good" if not problems else f"{problems} problem(s)")
     return 1 if problems else 0
+
+
+def _database_files(settings: Settings) -> list[Path]:
+    """The DuckDB file and its WAL, wherever `[store] url` puts them (none for PostgreSQL)."""
+    from memory.store.url import parse_store_url
+
+    url = parse_store_url(settings.store_url)
+    if url.backend != "duckdb" or str(url.path) == ":memory:":
+        return []
+    db = Path(url.path)
+    return [db, db.with_name(db.name + ".wal")]
 
 
 def add_doctor(sub: argparse._SubParsersAction) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from bot.cli.progress import ProgressBar
 from bot.cli.reach import open_operator
 from bot.config import Settings
+from memory.private_files import open_private
 
 
 def format_memory_line(m) -> str:
@@ -50,7 +51,7 @@ def cmd_memory(settings: Settings, args) -> int:
 
 def _export(op, args) -> None:
     lines = op.export(args.space, args.user)  # an unknown --user is refused before the file is made
-    out = open(args.file, "w", encoding="utf-8") if args.file != "-" else sys.stdout
+    out = open_private(args.file) if args.file != "-" else sys.stdout  # someone's memories: 0600
     try:
         with ProgressBar() as bar:
             for line in lines:

@@ -8,12 +8,12 @@ function that refuses to overwrite unless told to.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from bot.config import SECRET_ENV
+from memory import private_files
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +81,7 @@ def render_env(c: SetupChoices) -> str:
 def write_private(path: Path, text: str) -> None:
     """Write a file only its owner can read, from its first byte (no window with looser rights)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    private_files.write_private(path, text, durable=True)
 
 
 def write_setup(c: SetupChoices, config_path: Path, now: datetime) -> Path | None:
@@ -97,8 +89,6 @@ def write_setup(c: SetupChoices, config_path: Path, now: datetime) -> Path | Non
     env_path = config_path.with_name(config_path.stem + ".env") if any(c.secrets.values()) else None
     if env_path is not None:
         write_private(env_path, render_env(c))
-    config_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = config_path.with_name(config_path.name + ".tmp")
-    tmp.write_text(render_config(c, env_path, now), encoding="utf-8")
-    os.replace(tmp, config_path)
+    # The config names the owners' accounts and the data folder: private like everything memgate writes.
+    write_private(config_path, render_config(c, env_path, now))
     return env_path

@@ -9,9 +9,12 @@ CLI opens the database itself.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 import os
+import secrets
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +28,11 @@ log = logging.getLogger(__name__)
 ADDRESS_FILE = "api.json"    # written by bot.api.server.ApiServer while the gateway runs
 TOKEN_FILE = "api.token"
 PROBE_TIMEOUT_S = 2.0        # a loopback /healthz answers in milliseconds; a hung port must not hang the CLI
+# The gateway proves it is the one that wrote api.token before the CLI sends the token anywhere:
+# the CLI sends a fresh nonce with its /healthz probe; the gateway answers HMAC(token, nonce). A
+# process that took the port after the gateway died (or anything else listening there) cannot.
+CHALLENGE_HEADER = "X-Memgate-Challenge"
+PROOF_HEADER = "X-Memgate-Proof"
 CALL_TIMEOUT_S = 120.0       # a search or a key write on a busy gateway
 
 
@@ -104,8 +112,14 @@ def _pid_alive(pid: object) -> bool:
     return True
 
 
+def gateway_proof(token: str, nonce: str) -> str:
+    """What the gateway that holds `token` answers to the challenge `nonce` (hex HMAC-SHA256)."""
+    return hmac.new(token.encode(), b"memgate-gateway-proof\x00" + nonce.encode(), hashlib.sha256).hexdigest()
+
+
 def find_gateway(data_path: Path, *, timeout: float = PROBE_TIMEOUT_S) -> GatewayClient | None:
-    """The running gateway's client, or None when there is none (missing, stale or silent files)."""
+    """The running gateway's client, or None when there is none (missing, stale or silent files,
+    or something at the address that cannot prove it holds the token: it is never sent there)."""
     data_path = Path(data_path)
     try:
         address = json.loads((data_path / ADDRESS_FILE).read_text())
@@ -115,11 +129,15 @@ def find_gateway(data_path: Path, *, timeout: float = PROBE_TIMEOUT_S) -> Gatewa
         return None
     if not token or not url.startswith("http://") or not _pid_alive(address.get("pid")):
         return None
+    nonce = secrets.token_hex(16)
+    probe = urllib.request.Request(url + "/healthz", headers={CHALLENGE_HEADER: nonce})
     try:
-        with urllib.request.urlopen(url + "/healthz", timeout=timeout) as resp:
+        with urllib.request.urlopen(probe, timeout=timeout) as resp:
+            proof = resp.headers.get(PROOF_HEADER, "")
             health = json.loads(resp.read())
     except urllib.error.HTTPError as exc:  # 503 = a degraded gateway, still ours and still running
         try:
+            proof = exc.headers.get(PROOF_HEADER, "")
             health = json.loads(exc.read())
         except ValueError:
             return None
@@ -128,4 +146,8 @@ def find_gateway(data_path: Path, *, timeout: float = PROBE_TIMEOUT_S) -> Gatewa
         return None
     if not isinstance(health, dict) or "database" not in health:
         return None  # something else took the port
+    if not hmac.compare_digest(proof, gateway_proof(token, nonce)):
+        log.warning("%s answers but is not the gateway that wrote %s (it did not prove it holds the token); "
+                    "the token is not sent there, the database is used directly", url, data_path / TOKEN_FILE)
+        return None
     return GatewayClient(url, token)

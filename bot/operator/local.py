@@ -95,7 +95,9 @@ async def import_target(engine: MemoryEngine, access: Access, lines: Sequence[by
             raise ConfigError(f"{source} holds the memories of {len(sources)} spaces ({', '.join(sorted(sources))}); "
                               "import them one person at a time (memgate memory export --space ID)")
         target = space or await person_space(access, user, create=True)
-        return lambda r: PUBLIC if r.space_id == PUBLIC else target
+        # Whatever space the rows name (public among them): an import for a person writes to that
+        # person's space only. Sharing with everyone is `memgate public add`, never a side effect.
+        return lambda r: target
     unknown = sorted(sources - known)
     if unknown:
         raise ConfigError(f"{source} belongs to space(s) {', '.join(unknown)} that nobody here uses: "

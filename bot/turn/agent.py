@@ -11,9 +11,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from bot.turn.approvals import Approvals, PendingWrite
 from bot.turn.limits import RECALL_QUERY_CHARS, cap_message, cap_reply
 from bot.observe import NoObserver, TurnObserver
 from bot.turn.tools import ToolBox, ToolContext
@@ -69,8 +70,10 @@ class Agent:
     """Runs turns. Holds no per-conversation state: the gateway serialises each conversation."""
 
     def __init__(self, engine: MemoryEngine, llm: LLM, tools: ToolBox, settings: AgentSettings | None = None,
-                 *, clock: Callable[[], datetime], skills=None, observer: TurnObserver | None = None) -> None:
+                 *, clock: Callable[[], datetime], skills=None, observer: TurnObserver | None = None,
+                 approvals: Approvals | None = None) -> None:
         self.skills = skills  # a SkillEvolver, when tasks and skills are on
+        self.approvals = approvals  # None: no write beyond the speaker's space is ever offered
         self.observer = observer or NoObserver()
         self.engine = engine
         self.llm = llm
@@ -91,7 +94,9 @@ class Agent:
             # "and her?" means nothing alone: a short message is searched with the previous one.
             query = f"{last_user}\n{query}"
         block, hits = await self.engine.recall_block(query, req.ctx.space_ids, shared_spaces=(req.ctx.public_space,))
-        block = await self._with_skills(block, query, req.ctx.space_ids)
+        block, skill_spaces = await self._with_skills(block, query, req.ctx.space_ids)
+        proposals: list[PendingWrite] = []
+        ctx = self._turn_context(req.ctx, {h.space_id for h in hits} | skill_spaces, proposals)
         t_recall = time.perf_counter()
         # Inside charged_to: a listener that records per space knows whose turn this was.
         self.observer.on_recall(t_recall - t0, estimate_tokens(block) if block else 0)
@@ -113,7 +118,7 @@ class Agent:
         failed = False
         llm_ms = 0.0
         try:
-            reply, tool_msgs, llm_ms = await asyncio.wait_for(self._loop(messages, req.ctx), timeout=self.settings.turn_timeout)
+            reply, tool_msgs, llm_ms = await asyncio.wait_for(self._loop(messages, ctx), timeout=self.settings.turn_timeout)
             reply = cap_reply(reply, self.settings.max_reply_chars)
             captured_msgs += tool_msgs
         except TimeoutError:
@@ -130,6 +135,9 @@ class Agent:
             space_id=req.ctx.write_space, session_id=req.session_id, turn_id=req.turn_id,
             created_at=now, messages=tuple(captured_msgs)))
         t_end = time.perf_counter()
+        if proposals and not failed and self.approvals is not None:
+            # Shown by us, not by the model: it cannot leave a proposed write out or misstate it.
+            reply = "\n\n".join([reply, *(self.approvals.notice(p) for p in proposals)])
         return TurnResult(
             reply=reply, captured=captured, recalled=len(hits),
             llm_calls=self.llm.usage.total_calls() - calls_before,
@@ -140,40 +148,63 @@ class Agent:
                         "outside_llm": (t_end - t0) * 1000 - llm_ms},
             failed=failed)
 
-    async def _with_skills(self, block: str, query: str, space_ids: Sequence[str]) -> str:
-        """Add at most `inject_skills` relevant skills (name + description) to the memory block."""
+    async def _with_skills(self, block: str, query: str, space_ids: Sequence[str]) -> tuple[str, set[str]]:
+        """Add at most `inject_skills` relevant skills (name + description) to the memory block;
+        also returns the spaces they came from."""
         limit = self.engine.recall_settings.inject_skills
         if self.skills is None or limit <= 0:
-            return block
+            return block, set()
         try:
             found = await self.skills.search(query, space_ids, limit=limit)
         except Exception:
             log.warning("skill recall failed", exc_info=True)
-            return block
+            return block, set()
         if not found:
-            return block
+            return block, set()
         await self.skills.count_usage([s.id for s in found])
         return extend_block(block, [f"- skill {s.name} (v{s.version}): {s.description} — read it with skill_get"
-                                    for s in found])
+                                    for s in found]), {s.space_id for s in found}
+
+    def _turn_context(self, ctx: ToolContext, recalled: set[str], proposals: list[PendingWrite]) -> ToolContext:
+        """The turn's tool context: it may propose writes beyond the speaker's space (bot.approvals)
+        only in their own DM, when they may write there, and when nothing recalled is another space's."""
+        others = recalled - set(ctx.own_spaces)
+        if self.approvals is None or not ctx.private_chat or not ctx.may_write_public or others or not ctx.speaker:
+            return replace(ctx, propose=None)
+        approvals = self.approvals
+
+        def propose(what: str, run) -> str:
+            p = approvals.propose(ctx.speaker, ctx.conversation, what, run)
+            proposals.append(p)
+            return p.code
+
+        return replace(ctx, propose=propose)
 
     async def _loop(self, messages: list[dict], ctx: ToolContext) -> tuple[str, list[TurnMessage], float]:
         """Up to max_tool_rounds rounds of tool calls, then a final answer without tools."""
         tool_msgs: list[TurnMessage] = []
         llm_ms = 0.0
+        others_visible = set(ctx.space_ids) - set(ctx.own_spaces)
         for round_no in range(self.settings.max_tool_rounds + 1):
             use_tools = round_no < self.settings.max_tool_rounds
             t = time.perf_counter()
-            result = await self.llm.complete(messages, purpose="reply", tools=self.tools.schemas if use_tools else None)
+            schemas = self.tools.schemas_for(ctx) if use_tools else None
+            result = await self.llm.complete(messages, purpose="reply", tools=schemas)
             llm_ms += (time.perf_counter() - t) * 1000
             if not result.tool_calls or not use_tools:
                 return result.content.strip() or "…", tool_msgs, llm_ms
             messages.append({"role": "assistant", "content": result.content or None, "tool_calls": [
                 {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
                 for tc in result.tool_calls]})
+            shown_others = False
             for tc in result.tool_calls:
                 output = await self.tools.execute(tc.name, tc.arguments, ctx)
                 # Tool results carry stored text: it must not forge a role in the next round.
                 messages.append({"role": "tool", "tool_call_id": tc.id, "content": neutralize(output)})
                 tool_msgs.append(TurnMessage("tool", output, tool_name=tc.name))
+                shown_others |= bool(others_visible) and self.tools.shows_others(tc.name)
+            if shown_others and ctx.propose is not None:
+                # A result may hold other people's words now: from here on nothing is proposed.
+                ctx = replace(ctx, propose=None)
         raise AssertionError("unreachable")
 

@@ -74,23 +74,39 @@ FORGET_CONFIRM = timedelta(minutes=5)
 
 HELP_HEADER = "I remember what you tell me and recall it when it matters. Commands:"
 LINK_HELP = ("/link [CODE|yes|no]: share one memory across your accounts, in direct messages only. /link gives a "
-             "code; send /link CODE from your other account; then confirm here with /link yes. The account that "
-             "joins keeps its earlier memories to itself: they do not move into the shared memory.")
-LINK_OFFER_TEXT = ("Your link code: {code}\nSend “/link {code}” to me from your other account within {minutes} minutes. "
-                   "I will then ask you here which account it is before anything is shared. Never give this code to "
-                   "anyone else: whoever you confirm reads everything I remember about you.")
-LINK_CONFIRM_TEXT = ("The {channel} account “{name}” ({key}) sent me your link code and asks to share your memory. "
-                     "If that account is yours, send /link yes within {minutes} minutes; if not, send /link no.")
-LINK_ASKED_TEXT = ("Thanks. I asked your {channel} account to confirm (within {minutes} minutes); nothing is shared "
-                   "until it says yes. Your earlier memories here stay yours alone.")
-LINK_DONE_TEXT = ("Linked: this account now shares memory with the {channel} account “{name}”. What you told me here "
-                  "before stays readable from this account only.")
-LINK_REFUSED_TEXT = "Your link request was refused by the other account; nothing is shared."
+             "code; send /link CODE from your other account; then both accounts confirm with /link yes. The account "
+             "that joins keeps its earlier memories to itself: they do not move into the shared memory.")
+# Accounts are shown by platform and id only: a display name is whatever its owner typed, and was
+# used to pass an attacker's account off as the victim's own phone.
+LINK_OFFER_TEXT = ("Your link code: {code}\nSend “/link {code}” to me from your other account within {minutes} minutes; "
+                   "then both accounts confirm. Never give this code to anyone else: the account that uses it will "
+                   "read everything I remember about you, and what it tells me will be kept in your memory.")
+LINK_ASK_ISSUER_TEXT = ("Your link code was sent to me from {claimant}. If you both confirm, that account joins your "
+                        "memory: it will read everything I remember about you, and what it tells me from now on will be "
+                        "kept in your memory. Only if {claimant} is your own account, send /link yes within {minutes} "
+                        "minutes; otherwise send /link no.")
+LINK_ASK_CLAIMANT_TEXT = ("This code was made by {issuer}. If you both confirm, your new messages here will be kept in the "
+                          "memory of {issuer}, and whoever uses that account will read what you tell me from now on "
+                          "(what you told me here before stays yours alone). Only if {issuer} is your own account, send "
+                          "/link yes within {minutes} minutes; otherwise send /link no. The other account must confirm too.")
+LINK_WAITING_TEXT = "Noted. Nothing is shared until {other} confirms too."
+LINK_OTHER_SAID_YES_TEXT = "The link was confirmed by {other}; it is made once you send /link yes (or /link no to refuse)."
+LINK_DONE_ISSUER_TEXT = ("Linked: {claimant} now shares your memory. It reads what I remember about you, and what it tells "
+                         "me is kept in your memory.")
+LINK_DONE_CLAIMANT_TEXT = ("Linked: your new messages here are now kept in the memory of {issuer}. What you told me here "
+                           "before stays readable from this account only.")
+LINK_REFUSED_TEXT = "Refused: nothing is shared between this account and {other}."
+LINK_REFUSED_BY_OTHER_TEXT = "The link was refused by {other}; nothing is shared."
 
 
 def _one_line(name: str) -> str:
     """A display name shown inside our own messages: one line, bounded (names are user input)."""
     return trim(" ".join(name.split()), 64)
+
+
+def account(ident) -> str:
+    """An account as a link shows it: its platform and id, never its display name."""
+    return f"the {ident.channel} account {_one_line(ident.external_id)}"
 
 
 @dataclass
@@ -271,21 +287,26 @@ class Commands:
             offer = await self.linking.offer(ident, ctx.msg)
             return LINK_OFFER_TEXT.format(code=offer.code, minutes=offer.minutes)
         if arg.lower() in ("yes", "no"):
-            decision = await self.linking.decide(ident, ctx.msg, yes=arg.lower() == "yes")
-            other = decision.claimant
+            d = await self.linking.decide(ident, ctx.msg, yes=arg.lower() == "yes")
+            other, other_chat = d.other
+            if d.outcome == "waiting":
+                told, answer = LINK_OTHER_SAID_YES_TEXT, LINK_WAITING_TEXT
+            elif d.outcome == "refused":
+                told, answer = LINK_REFUSED_BY_OTHER_TEXT, LINK_REFUSED_TEXT
+            else:
+                issuer, claimant = account(d.issuer), account(d.claimant)
+                done = {"issuer": LINK_DONE_ISSUER_TEXT.format(claimant=claimant),
+                        "claimant": LINK_DONE_CLAIMANT_TEXT.format(issuer=issuer)}
+                told, answer = done["claimant" if d.side == "issuer" else "issuer"], done[d.side]
             if ctx.gateway is not None:
-                text = (LINK_DONE_TEXT.format(channel=ident.channel, name=_one_line(ident.display_name))
-                        if decision.linked else LINK_REFUSED_TEXT)
-                await ctx.gateway.tell(other.channel, decision.claimant_chat_id, other.external_id, text)
-            who = f"{other.channel} account “{_one_line(other.display_name)}” ({other.key})"
-            return f"Linked: {who} now shares your memory." if decision.linked else f"Refused: {who} was not linked."
+                await ctx.gateway.tell(other.channel, other_chat, other.external_id,
+                                       told.format(other=account(ctx.allowed.identity)))
+            return answer.format(other=account(other))
         claim = await self.linking.claim(arg, ident, ctx.msg)
         if ctx.gateway is not None:
-            me = claim.claimant
             await ctx.gateway.tell(claim.issuer.channel, claim.issuer_chat_id, claim.issuer.external_id,
-                                   LINK_CONFIRM_TEXT.format(channel=me.channel, name=_one_line(me.display_name),
-                                                            key=me.key, minutes=claim.minutes))
-        return LINK_ASKED_TEXT.format(channel=claim.issuer.channel, minutes=claim.minutes)
+                                   LINK_ASK_ISSUER_TEXT.format(claimant=account(claim.claimant), minutes=claim.minutes))
+        return LINK_ASK_CLAIMANT_TEXT.format(issuer=account(claim.issuer), minutes=claim.minutes)
 
     # --- admins ----------------------------------------------------------------------------
     async def _approve(self, ctx: CommandContext) -> str:

@@ -261,7 +261,8 @@ class Gateway:
             return None
         ctx = ToolContext(space_ids=allowed.space_ids, write_space=allowed.write_space,
                           public_space=self.settings.public_space, may_write_public=allowed.may_write_public,
-                          kept_spaces=allowed.kept_spaces)
+                          kept_spaces=allowed.kept_spaces, private_chat=not msg.is_group,
+                          speaker=allowed.identity.key, conversation=msg.conversation_key)
         if text.startswith("/"):
             out = await self.commands.handle(CommandContext(msg=msg, allowed=allowed, tools=ctx, gateway=self))
             if out is not None:
@@ -269,7 +270,7 @@ class Gateway:
         if self.agent is None:
             return "No language model is configured, so I can only run commands. Try /help."
         session = await self.sessions.current(msg.conversation_key, allowed.write_space)
-        history = await self.sessions.history(session.session_id, self.settings.history_tokens)
+        history = await self.sessions.history(session, self.settings.history_tokens)
         req = TurnRequest(text=msg.text_for_agent.strip(), turn_id=f"{msg.conversation_key}:{msg.message_id or id(msg)}:{msg.timestamp.timestamp()}",
                           session_id=session.session_id, history=tuple(history), ctx=ctx, channel=msg.channel,
                           speaker=msg.sender_name or None)

@@ -62,11 +62,14 @@ class Sessions:
 
         return await self.store.awrite(write)
 
-    async def history(self, session_id: str, max_tokens: int, max_turns: int = 20) -> list[dict]:
-        """The session's recent user/assistant messages, newest last, within a token budget."""
+    async def history(self, session: Session, max_tokens: int, max_turns: int = 20) -> list[dict]:
+        """The session's recent user/assistant messages, newest last, within a token budget.
+
+        Read by (space, session): a session id is only a name, and a turn filed under it in
+        another space (an API client naming a group's session) is never this conversation's."""
         rows = await self.store.aread(lambda c: c.execute(
-            "SELECT payload FROM ingest_queue WHERE session_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
-            [session_id, max_turns]).fetchall())
+            "SELECT payload FROM ingest_queue WHERE space_id = ? AND session_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+            [session.space_id, session.session_id, max_turns]).fetchall())
         out: list[dict] = []
         budget = max_tokens
         for (payload,) in rows:

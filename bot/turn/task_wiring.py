@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.scheduler import JobSpec
-from bot.turn.tools import PUBLIC_WRITE_REFUSED, ToolBox, ToolContext, function_schema
+from bot.turn.tools import PROPOSED, PUBLIC_WRITE_REFUSED, ToolBox, ToolContext, function_schema
 from bot.turn.views.tasks import format_skill, format_skills, format_task, format_tasks
 from memory.embed import Embedder
 from memory.tasks.processor import TaskProcessor
@@ -88,12 +88,23 @@ def wire_tasks(host: TaskHost) -> TaskWiring:
     async def skill_publish(args: dict, ctx: ToolContext) -> Any:
         if not ctx.may_write_public:           # a published skill reaches every user's prompt
             return {"error": PUBLIC_WRITE_REFUSED}
-        s = await skills.publish(str(args["name"]), ctx.write_space, ctx.public_space)
-        return {"published": s.name, "space": "public"}
+        s = await skills.get(str(args["name"]), [ctx.write_space])
+        if s is None:
+            return {"error": "no such skill of this user"}
 
-    for name, handler in (("task_summary", task_summary), ("skill_search", skill_search),
-                          ("skill_get", skill_get), ("skill_publish", skill_publish)):
+        async def publish() -> str:
+            now = await skills.get(s.id, [ctx.write_space])
+            if now is None or now.version != s.version:
+                return f"The skill {s.name} changed since I proposed publishing it; nothing was published. Ask me again."
+            done = await skills.publish(s.id, ctx.write_space, ctx.public_space)
+            return f"Published the skill {done.name} for everyone."
+
+        code = ctx.propose(f"publish your skill {s.name} (version {s.version}: {s.description}) to everyone", publish)
+        return {"pending": code, "status": PROPOSED}
+
+    for name, handler in (("task_summary", task_summary), ("skill_search", skill_search), ("skill_get", skill_get)):
         tools.register(TASK_TOOL_SCHEMAS[name], handler)
+    tools.register(TASK_TOOL_SCHEMAS["skill_publish"], skill_publish, beyond=True)
 
     async def cmd_tasks(ctx: CommandContext) -> str:
         if ctx.args:

@@ -1,5 +1,10 @@
 """The tools the LLM may call, each with a JSON schema, each limited to the spaces the speaker
-may see. Results are compact JSON strings (they cost prompt tokens on the next round)."""
+may see. Results are compact JSON strings (they cost prompt tokens on the next round).
+
+Tools registered `beyond=True` write where other people read (the public space): they are offered
+and run only when the turn's context carries a `propose` (bot.approvals: the speaker's own DM,
+nothing of others in the prompt), and they write nothing themselves, they propose.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +32,12 @@ class ToolContext:
     public_space: str = "public"
     may_write_public: bool = False
     kept_spaces: tuple[str, ...] = ()     # spaces the speaker had before a /link: still their own
+    private_chat: bool = False            # the speaker's own direct message (not a group)
+    speaker: str = ""                     # their identity key ("telegram:123")
+    conversation: str = ""                # the chat's conversation key
+    # Set by the agent for a turn that may propose writes beyond the speaker's space (bot.approvals):
+    # propose(what, run) files one for the speaker to confirm and returns its code.
+    propose: Callable[[str, Callable[[], Awaitable[str]]], str] | None = None
 
     @property
     def own_spaces(self) -> tuple[str, ...]:
@@ -62,6 +73,13 @@ Handler = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
 # Said to the model, which then tells the person; the memory itself stays unwritten.
 PUBLIC_WRITE_REFUSED = ("only the bot's admins can write to the public space; offer to remember it "
                         "for this user instead (memory_store)")
+NOT_HERE = ("writing to the public space is not possible from this chat (only in the admin's own direct "
+            "message, with nothing of other people in view); the admin can use /public add there")
+PROPOSED = ("not written yet: the user must confirm it with the /confirm command shown under your reply; "
+            "tell them it waits for their confirmation")
+# Tools whose results show nothing of any space (they only write the speaker's own): the rest may
+# carry other people's words into the prompt.
+_BLIND = frozenset({"memory_store", "memory_forget"})
 
 
 def _hit(h: MemoryHit) -> dict[str, Any]:
@@ -84,20 +102,36 @@ class ToolBox:
             "memory_search": self._search, "memory_get": self._get, "memory_timeline": self._timeline,
             "memory_store": self._store, "memory_forget": self._forget, "memory_write_public": self._write_public,
         }
+        self._beyond: set[str] = {"memory_write_public"}
 
-    def register(self, schema: dict[str, Any], handler: Handler) -> None:
-        """Add a tool (tasks and skills register theirs here)."""
+    def register(self, schema: dict[str, Any], handler: Handler, *, beyond: bool = False) -> None:
+        """Add a tool (tasks and skills register theirs here). `beyond`: it writes where other people
+        read, so it is offered only with a `propose` in the context and must propose, not write."""
         self._schemas.append(schema)
-        self._handlers[schema["function"]["name"]] = handler
+        name = schema["function"]["name"]
+        self._handlers[name] = handler
+        if beyond:
+            self._beyond.add(name)
 
     @property
     def schemas(self) -> list[dict[str, Any]]:
         return list(self._schemas)
 
+    def schemas_for(self, ctx: ToolContext) -> list[dict[str, Any]]:
+        """The tools offered in this context: those reaching beyond the speaker's space only with a `propose`."""
+        return [s for s in self._schemas if ctx.propose is not None or s["function"]["name"] not in self._beyond]
+
+    def shows_others(self, name: str) -> bool:
+        """Whether a call of this tool may bring other people's words into the prompt (any reader may)."""
+        return name not in _BLIND and name not in self._beyond
+
     async def execute(self, name: str, arguments: str | dict, ctx: ToolContext) -> str:
         handler = self._handlers.get(name)
         if handler is None:
             return json.dumps({"error": f"unknown tool {name}"})
+        if name in self._beyond and ctx.propose is None:
+            # Not offered here (a model may call a tool it was not given): refused before it runs.
+            return json.dumps({"error": PUBLIC_WRITE_REFUSED if not ctx.may_write_public else NOT_HERE})
         try:
             args = json.loads(arguments or "{}") if isinstance(arguments, str) else dict(arguments)
             if not isinstance(args, dict):
@@ -154,5 +188,10 @@ class ToolBox:
         text = str(args["text"]).strip()
         if not text:
             raise ValueError("text is empty")
-        rec = await self.engine.remember(text, ctx.public_space, source="public")
-        return {"stored": rec.id, "space": "public"}
+
+        async def write() -> str:
+            rec = await self.engine.remember(text, ctx.public_space, source="public")
+            return f"Shared [{rec.id}] with everyone: {trim(text, 200)}"
+
+        code = ctx.propose(f"write to the public space every user's recall reads: “{trim(text, 500)}”", write)
+        return {"pending": code, "status": PROPOSED}

@@ -26,6 +26,7 @@ import duckdb
 from memory.errors import StoreError, StoreLockedError, StoreWriteError
 from memory.store.dialect import DUCKDB
 from memory.store.locks import LocalLocks
+from memory.private_files import tighten
 from memory.store.schema import MEMORY_MIGRATIONS, Migration
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,11 @@ class Store:
         self._con = _open_recovering(self.path) if self._file else connect(path)
         if self._file:
             _ddl_marker(self.path).unlink(missing_ok=True)  # opened: any earlier change is settled
+            # Ours to read only, even when an earlier run or a copy left them looser (a WAL DuckDB
+            # creates later follows the process umask: memory.private_files.restrict_umask).
+            for f in (self.path, self.path.with_name(self.path.name + ".wal")):
+                if f.exists():
+                    tighten(f)
         self._lock = threading.RLock()
         self._closed = False
         self.locks = LocalLocks()

@@ -24,13 +24,13 @@ version; the file is the latest one, for people and for tools that read skill fo
 from __future__ import annotations
 
 import json
-import os
 import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memory.private_files import write_private
 from memory.text import has_cjk
 
 SECTIONS = ("steps", "pitfalls", "commands", "prerequisites")
@@ -243,8 +243,5 @@ def skill_path(data_dir: Path, space_id: str, name: str) -> Path:
 def write_skill_file(data_dir: Path, space_id: str, name: str, content: str) -> Path:
     """Write SKILL.md atomically (a temp file renamed over the old one)."""
     path = skill_path(data_dir, space_id, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(content, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return write_private(path, content)  # 0600: a skill holds the steps of someone's own tasks

@@ -44,8 +44,9 @@ class RecordingChannel:
             self.typing_now -= 1
 
     async def say(self, user: str, text: str, *, chat: str | None = None, is_group: bool = False,
-                  mentions_bot: bool = False, kind: Kind = Kind.TEXT, when: datetime | None = None) -> Message:
-        msg = Message(channel=self.name, chat_id=chat or user, sender_id=user, sender_name=user, text=text,
+                  mentions_bot: bool = False, kind: Kind = Kind.TEXT, when: datetime | None = None,
+                  name: str | None = None) -> Message:
+        msg = Message(channel=self.name, chat_id=chat or user, sender_id=user, sender_name=name or user, text=text,
                       timestamp=when or datetime.now(UTC), is_group=is_group, mentions_bot=mentions_bot,
                       message_id=str(next(self._ids)), kind=kind)
         assert self._inbound is not None, "channel not started"

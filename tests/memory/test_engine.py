@@ -80,8 +80,8 @@ async def test_import_into_another_space_keeps_kinds_and_pins(store, embedder, c
     await engine.remember("I am left-handed", "u:a", pinned=True)
     clock.advance(days=1)
     rows = list(engine.export_rows(["u:a"]))
-    n = engine.import_rows(rows, space_id="u:b")
-    assert n == 1
+    report = engine.import_rows(rows, space_id="u:b")
+    assert report.added == 1 and len(report.ids) == 1
     got = await engine.list(["u:b"])
     assert [(r.text, r.pinned, r.kind) for r in got] == [("I am left-handed", True, "fact")]
     assert got[0].created_at < clock.now().replace(tzinfo=None) - timedelta(hours=23)

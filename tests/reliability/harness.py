@@ -30,6 +30,7 @@ SCENARIO_MODULES = (
     "tests.reliability.test_full_disk",
     "tests.reliability.test_delivery",
     "tests.reliability.test_recall_isolation",
+    "tests.reliability.test_trust_access",
 )
 
 

@@ -29,6 +29,7 @@ from tests.reliability.harness import Counts
 CHANNELS = ("telegram", "wechat")
 _REMEMBERED = re.compile(r"Remembered \[([a-z]+_[0-9a-f]{12})\]")
 _LINK_CODE = re.compile(r"link code: ([A-Z0-9]{8})")
+_CONFIRM = re.compile(r"/confirm ([A-Z0-9]{6})")
 
 
 @dataclass(frozen=True)
@@ -172,9 +173,16 @@ async def _drive(w: World, world_ids: list[str], public_writers: str) -> Counts:
 
     for i in range(len(plan.people)):
         await remember(i, person_marker(i, 0), m.main[i])
+    proposals_to_the_unallowed = 0
     for i in plan.public_writes:
-        await w.say(i, f"share {public_marker(i)}")
-        m.where[public_marker(i)] = "public" if (i == 0 or public_writers == "everyone") else m.main[i]
+        # A write to public is proposed and waits for the writer's own /confirm (bot.approvals); it
+        # is not even offered once other people's words are in the prompt, nor to a plain user.
+        replies, _ = await w.say(i, f"share {public_marker(i)}")
+        code = _CONFIRM.search(" ".join(r.text for r in replies))
+        if code:
+            await w.say(i, f"/confirm {code.group(1)}")
+            proposals_to_the_unallowed += not (i == 0 or public_writers == "everyone")
+        m.where[public_marker(i)] = "public" if code else m.main[i]
     for issuer, claimant, confirmed in plan.links:
         if issuer == claimant or m.main[issuer] == m.main[claimant]:
             continue
@@ -183,6 +191,7 @@ async def _drive(w: World, world_ids: list[str], public_writers: str) -> Counts:
         await w.say(claimant, f"/link {code}")
         await w.say(issuer, "/link yes" if confirmed else "/link no")
         if confirmed:
+            await w.say(claimant, "/link yes")  # both accounts confirm a link
             m.link(issuer, claimant)
     for i in range(len(plan.people)):
         await remember(i, person_marker(i, 1), m.main[i])
@@ -192,7 +201,9 @@ async def _drive(w: World, world_ids: list[str], public_writers: str) -> Counts:
             seen_groups.add(g)
             await remember(speaker, group_marker(g), f"g{g}", group=g)
 
-    leaks, unseen, notes = 0, 0, []
+    leaks, unseen, notes = proposals_to_the_unallowed, 0, []
+    if proposals_to_the_unallowed:
+        notes.append(f"{proposals_to_the_unallowed} public write(s) proposed to people not allowed to write there")
     for i in range(len(plan.people)):
         text = await w.shown(i)
         allowed = m.readable(i)

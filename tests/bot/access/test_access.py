@@ -265,6 +265,8 @@ async def _isolation(store: Store, people, group_msgs, links) -> None:
         try:
             await doors.linking.claim(offer.code, c_ident, where)
             await doors.linking.decide(i_ident, dm(issuer[1], channel=issuer[0]), yes=yes)
+            if yes:  # both accounts confirm a link
+                await doors.linking.decide(c_ident, where, yes=True)
         except AccessError:
             assert claimed_in_group or ik == ck or main[ik] == main[ck]
             continue

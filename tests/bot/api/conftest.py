@@ -4,6 +4,8 @@ to it with aiohttp's client."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import aiohttp
@@ -45,9 +47,16 @@ def api_store_url(request) -> str:
     return request.getfixturevalue("pg_url")
 
 
-@pytest.fixture
-async def api(tmp_path, embedder, api_store_url):
-    app = build_app(api_settings(tmp_path, api_store_url), embedder=embedder, serve_api=True)
+@asynccontextmanager
+async def serve(tmp_path, embedder, store_url: str = "", **api_kw) -> AsyncIterator[Api]:
+    """The gateway App with its API on a free port, and a client session on it."""
+    app = build_app(api_settings(tmp_path, store_url, **api_kw), embedder=embedder, serve_api=True)
     async with app:
         async with aiohttp.ClientSession(base_url=app.extras["api"].url) as http:
             yield Api(app, http, app.extras["api"].keys)
+
+
+@pytest.fixture
+async def api(tmp_path, embedder, api_store_url):
+    async with serve(tmp_path, embedder, api_store_url) as running:
+        yield running

@@ -13,8 +13,9 @@ from bot.api.sessions import COOKIE, CSRF_HEADER, Session, Sessions, csrf_ok
 
 async def _login(api, key: str) -> tuple[aiohttp.ClientSession, dict, str]:
     """A fresh browser-like client (its own cookie jar) logged in with `key`."""
-    http = aiohttp.ClientSession(base_url=api.app.extras["api"].url, cookie_jar=aiohttp.CookieJar(unsafe=True))
-    async with http.post("/api/v1/session", json={"key": key}) as resp:
+    base = api.app.extras["api"].url
+    http = aiohttp.ClientSession(base_url=base, cookie_jar=aiohttp.CookieJar(unsafe=True))
+    async with http.post("/api/v1/session", json={"key": key}, headers={"Origin": base}) as resp:
         assert resp.status == 201
         raw = resp.headers.getall("Set-Cookie")
         return http, await resp.json(), raw[0]
@@ -54,11 +55,12 @@ async def test_cookie_reads_and_writes_need_the_csrf_token(api):
 async def test_bad_keys_do_not_log_in(api):
     key, rec = api.keys.create("write", "u_alice")
     api.keys.revoke(rec.prefix)
-    async with aiohttp.ClientSession(base_url=api.app.extras["api"].url) as http:
+    base = api.app.extras["api"].url
+    async with aiohttp.ClientSession(base_url=base, headers={"Origin": base}) as http:
         for body in ({"key": "mg_nope"}, {"key": key}, {"key": 5}, {}):
             async with http.post("/api/v1/session", json=body) as resp:
                 assert resp.status == 401 and "Set-Cookie" not in resp.headers, body
-        async with http.post("/api/v1/session", data=b"not json") as resp:
+        async with http.post("/api/v1/session", data=b"not json", headers={"Content-Type": "application/json"}) as resp:
             assert resp.status == 400
         # Not logged in is an answer, not an error (the dashboard asks on every load).
         async with http.get("/api/v1/session") as resp:

@@ -88,3 +88,17 @@ async def test_export_imported_into_a_fresh_install_is_seen_by_its_owner(tmp_pat
     assert "I prefer window seats on planes" in out, (out, err)
     code, out, err = await run_cli(new, "chat", "--user", "bob", stdin=b"/memory window seats\n")
     assert "I prefer window seats" not in out  # nobody else sees it
+
+
+@pytest.mark.timeout(900)  # real subprocesses on a shared 2-core machine
+async def test_an_import_for_a_person_writes_only_to_that_persons_space(tmp_path):
+    """Issue 22, B5: rows marked "space_id": "public" in a file imported --user NAME stay that person's."""
+    f = tmp_path / "planted.jsonl"
+    f.write_bytes(_lines({"id": "f_0000000000a1", "space_id": "public", "text": "Everyone: send your PIN to +1 555 0100"},
+                         {"id": "f_0000000000a2", "space_id": "u_x", "text": "I grow tomatoes"},
+                         {"space_id": "public", "text": "public, no id"}))
+    env = cli_env(tmp_path)
+    code, out, err = await run_cli(env, "memory", "import", str(f), "--user", "carol")
+    assert code == 0 and "imported 3 memories" in out, err
+    db = tmp_path / "data" / "memgate.duckdb"
+    assert count_by_space(db) == {console_space(db, "carol"): 3}

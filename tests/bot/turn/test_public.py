@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,12 @@ async def ask(channel: RecordingChannel, user: str, text: str) -> str:
     return channel.sent[n].text
 
 
+async def confirmed(channel: RecordingChannel, user: str, answer: str) -> str:
+    """A write to public waits for its /confirm CODE (bot.approvals): send it."""
+    code = re.search(r"/confirm ([A-Z0-9]{6})", answer).group(1)
+    return await ask(channel, user, f"/confirm {code}")
+
+
 async def test_a_plain_user_cannot_write_to_the_public_space(running, fake_llm):
     # Found: any user could write to public, which then appeared in every other user's prompt.
     async with running() as (app, ch):
@@ -85,7 +92,7 @@ async def test_a_plain_user_cannot_write_to_the_public_space(running, fake_llm):
 async def test_public_writers_everyone_lets_users_share(running, fake_llm):
     async with running(MEMGATE_ACCESS_PUBLIC_WRITERS="everyone") as (app, ch):
         fake_llm.script(ToolCall("memory_write_public", {"text": "The office wifi is called Lighthouse"}), "Shared.")
-        await ask(ch, "mallory", "share the wifi name with everyone")
+        await confirmed(ch, "mallory", await ask(ch, "mallory", "share the wifi name with everyone"))
         [row] = await app.engine.list([app.access.PUBLIC_SPACE])
         assert row.text == "The office wifi is called Lighthouse"
 
@@ -93,7 +100,7 @@ async def test_public_writers_everyone_lets_users_share(running, fake_llm):
 async def test_admins_list_edit_and_forget_public_memories_and_the_block_says_shared_note(running, fake_llm):
     async with running() as (app, ch):
         fake_llm.script(ToolCall("memory_write_public", {"text": "The office wifi is called Lighthouse"}), "Shared.")
-        await ask(ch, OWNER, "share the wifi name with everyone")
+        await confirmed(ch, OWNER, await ask(ch, OWNER, "share the wifi name with everyone"))
         [row] = await app.engine.list([app.access.PUBLIC_SPACE])
 
         # Another person's prompt shows it as a shared note, not as a fact about them.
