@@ -28,7 +28,7 @@ import pytest
 
 from memory.private_files import loose_paths, open_private, restrict_umask, write_private
 from memory.tasks.skill_files import write_skill_file
-from tests.bot.test_cli import ROOT, env_for, read_reply
+from tests.bot.cli.test_cli import ROOT, env_for, read_reply
 
 SECRET = "My locker combination is 31-17-4711, keep it safe."
 

@@ -92,7 +92,7 @@ async def _fixtures(names: list[str], tmp: Path, stack: AsyncExitStack) -> dict[
     from bot.access.linking import LINKING_MIGRATIONS
     from memory.store.connection import Store
     from tests.bot.api.conftest import serve
-    from tests.bot.test_approvals import bot_runner
+    from tests.bot.turn.test_approvals import bot_runner
     from tests.fakes.clock import FakeClock
     from tests.fakes.llm_server import FakeLLM
 

@@ -18,8 +18,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.bot.test_cli import env_for
-from tests.bot.test_cli_gateway import config, memgate, start_gateway
+from tests.bot.cli.test_cli import env_for
+from tests.bot.cli.test_cli_gateway import config, memgate, start_gateway
 from tests.fakes.telegram_api import FakeTelegram
 
 pytestmark = pytest.mark.timeout(900)  # gateway starts and CLI runs on a loaded machine; nothing is timed
