@@ -13,7 +13,7 @@ import json
 from aiohttp import web
 
 from bot.api.sessions import COOKIE
-from tests.bot.api.test_dashboard import ARGS, CHROMIUM, _browser_or_skip
+from tests.bot.api.browser import ARGS, CHROMIUM, browser_or_skip
 
 EVIL_HOST = "evil.example"
 
@@ -44,7 +44,7 @@ async function tryFetches() {{
 
 
 async def test_a_page_on_another_origin_cannot_log_the_browser_in(api):
-    _browser_or_skip()
+    browser_or_skip()
     from playwright.async_api import async_playwright
 
     api_url = api.app.extras["api"].url
