@@ -188,7 +188,9 @@ class Recaller:
         # row fetch below checks them, and `settle` turns them into the exact top n.
         cache = cache_for(self.store)
         proposal = cache.propose(con, qvec, spaces, n, kinds) if qvec is not None else None
-        kw, by_id = keyword_search(con, terms, spaces, n, kinds, _ROW_COLUMNS, postings_for(self.store))
+        # The vector candidates' rows come in the keyword check's lookup (one round trip, not two).
+        kw, by_id = keyword_search(con, terms, spaces, n, kinds, _ROW_COLUMNS, postings_for(self.store),
+                                   also=proposal.seqs.values() if proposal else (), ids=cache.ids_of)
         by_id = {d: r for d, r in by_id.items() if r[2] in spaces}
         wanted = list(dict.fromkeys(d for d in [*(d for d, _ in (proposal.ranked if proposal else ())), *(d for d, _ in kw)]
                                     if d not in by_id))

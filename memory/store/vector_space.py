@@ -62,6 +62,7 @@ class SpaceVectors:
         self.dim = dim
         self.ids: list[str] = []
         self.pos: dict[str, int] = {}
+        self.by_seq: dict[int, str] = {}     # a row version's id (immutable: a text change makes a new seq)
         self.codes = np.zeros((0, dim), dtype=np.int8)
         self.scale = np.zeros(0, dtype=np.float32)
         self.seq = np.zeros(0, dtype=np.int64)
@@ -117,6 +118,7 @@ class SpaceVectors:
         self.alive[lo:need] = True
         for j, k in enumerate(keep):
             self.pos[ids[k]] = lo + j
+            self.by_seq[int(self.seq[lo + j])] = ids[k]
         self.ids.extend(ids[k] for k in keep)
         self.size = need
         self.appended += n
@@ -251,6 +253,7 @@ def load(path: Path, dim: int) -> SpaceVectors | None:
     sp.alive = np.array(sp._file_alive)
     sp.ids = [b.decode() for b in np.array(mapped("ids", f"S{width}", (n,))).tolist()]
     sp.pos = {i: k for k, i in enumerate(sp.ids)}
+    sp.by_seq = dict(zip(sp.seq.tolist(), sp.ids))
     sp.nbase = sp.size = n
     sp.synced = int(header["synced"])
     return sp

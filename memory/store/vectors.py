@@ -35,7 +35,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -120,6 +120,7 @@ class Proposal:
     floor: float                        # the lowest cosine proposed from memory
     complete: bool                      # memory held no other candidate row
     vectors: dict[str, np.ndarray]
+    seqs: dict[str, int] = field(default_factory=dict)  # the row versions memory scored
 
 
 def cache_folder(store: object) -> Path | None:
@@ -201,15 +202,18 @@ class VectorCache:
             scored = self._score(qvec, cached, kinds)
             m = min(scored.total, n + self.margin)
             top = scored.top(m)
-            ranked = [(i, sim) for i, sim, _ in top]
-            vecs = {i: v for i, _, v in top}
+            ranked = [(i, sim) for i, sim, _, _ in top]
+            vecs = {i: v for i, _, v, _ in top}
+            seqs = {i: q for i, _, _, q in top}
             complete = m >= scored.total
             floor = top[-1][1] if top else -np.inf
+        else:
+            seqs = {}
         unchecked = frozenset(i for i, _ in ranked)
         if small:
             ranked += vector_candidates(con, qvec, small, n, kinds)
             ranked.sort(key=lambda x: (-x[1], x[0]))
-        return Proposal(ranked, unchecked, floor, complete, vecs)
+        return Proposal(ranked, unchecked, floor, complete, vecs, seqs)
 
     def settle(self, con: Conn, proposal: Proposal, live: set[str], qvec: np.ndarray, space_ids: Sequence[str],
                n: int, kinds: Sequence[str] | None = None) -> tuple[list[tuple[str, float]], dict[str, np.ndarray]]:
@@ -233,6 +237,16 @@ class VectorCache:
             if hits:
                 got = sp.vectors(np.array([p for _, p in hits]))
                 out.update((i, got[k]) for k, (i, _) in enumerate(hits))
+        return out
+
+    def ids_of(self, seqs: Sequence[int]) -> dict[int, str]:
+        """The ids of these row versions, for those held in memory (a seq names one version of
+        one row, so the answer never goes stale: a row found gone is still checked in SQL)."""
+        with self._lock:
+            spaces = list(self._spaces.values())
+        out: dict[int, str] = {}
+        for sp in spaces:
+            out.update((q, i) for q, i in ((q, sp.by_seq.get(q)) for q in seqs if q not in out) if i is not None)
         return out
 
     def clear(self) -> None:
@@ -458,12 +472,12 @@ class VectorCache:
         allowed = list(spaces)
         while True:
             top = scored.top(m)
-            live, dead = self._check(con, [i for i, _, _ in top], allowed, kinds)
+            live, dead = self._check(con, [i for i, _, _, _ in top], allowed, kinds)
             if dead:
                 with self._lock:
                     for sp, _, _ in scored.parts:
                         sp.drop(dead)
-            found = [(i, sim, v) for i, sim, v in top if i in live]
+            found = [(i, sim, v) for i, sim, v, _ in top if i in live]
             if len(found) >= n or m >= scored.total:
                 found = found[:n]
                 return [(i, float(sim)) for i, sim, _ in found], {i: v for i, _, v in found}
@@ -496,9 +510,9 @@ class _Scored:
         self.qvec, self.parts = qvec, parts
         self.total = sum(p[2] for p in parts)
 
-    def top(self, m: int) -> list[tuple[str, float, np.ndarray]]:
-        """The `m` best rows by exact float32 cosine, best first: (id, cosine, vector)."""
-        cands: list[tuple[str, float, np.ndarray]] = []
+    def top(self, m: int) -> list[tuple[str, float, np.ndarray, int]]:
+        """The `m` best rows by exact float32 cosine, best first: (id, cosine, vector, seq)."""
+        cands: list[tuple[str, float, np.ndarray, int]] = []
         for sp, sims, count in self.parts:
             k = min(over(m), count)
             if k <= 0:
@@ -507,7 +521,8 @@ class _Scored:
             idx = idx[np.isfinite(sims[idx])]
             vecs = sp.vectors(idx)
             exact = vecs @ self.qvec
-            cands.extend((sp.ids[j], float(e), vecs[r]) for r, (j, e) in enumerate(zip(idx.tolist(), exact.tolist())))
+            seqs = sp.seq[idx].tolist()
+            cands.extend((sp.ids[j], float(e), vecs[r], seqs[r]) for r, (j, e) in enumerate(zip(idx.tolist(), exact.tolist())))
         cands.sort(key=lambda c: (-c[1], c[0]))
         return cands[:m]
 

@@ -76,8 +76,8 @@ def test_int8_scan_with_exact_rerank_returns_the_exact_top_rows(seed, n, m, shap
     alive = np.array([f"r{i}" not in set(gone) for i in range(n)])
     truth = vecs @ q
     order = sorted(np.flatnonzero(alive), key=lambda i: (-truth[i], f"r{i}"))[:m]
-    assert [i for i, _, _ in got] == [f"r{i}" for i in order]
-    assert all(abs(s - truth[int(i[1:])]) < 1e-6 for i, s, _ in got)
+    assert [i for i, _, _, _ in got] == [f"r{i}" for i in order]
+    assert all(abs(s - truth[int(i[1:])]) < 1e-6 for i, s, _, _ in got)
 
 
 # --- files -----------------------------------------------------------------------------------
