@@ -331,22 +331,33 @@ def _check(con: Conn, rows: Sequence[tuple[int, float]], columns: str, also: Seq
         return [], []
     # A separate lookup, not a join: a constant `seq IN` list is an index scan (~1 ms), the
     # join reads every row's seq (~4 ms at 130k rows).
-    known = ids(seqs) if ids is not None and columns.startswith("id, ") else {}
-    if known:
-        # DuckDB stores ids FSST-compressed in segments of ~26k rows, and reading one row's id
-        # decodes the offsets from its segment's start: the id column was ~70% of this lookup
-        # (callgrind). Ids the caller holds are not read; the rest come in a second lookup.
-        got = con.execute(f"SELECT seq, status, {columns[4:]} FROM memories WHERE seq IN ({', '.join(map(str, seqs))})").fetchall()
-        unknown = [r[0] for r in got if r[0] not in known]
-        if unknown:
-            known = known | dict(con.execute(
-                f"SELECT seq, id FROM memories WHERE seq IN ({', '.join(map(str, unknown))})").fetchall())
-        current = {r[0]: (r[1], (known[r[0]], *r[2:])) for r in got if r[0] in known}
-    else:
-        current = {r[0]: (r[1], r[2:]) for r in con.execute(
-            f"SELECT seq, status, {columns} FROM memories WHERE seq IN ({', '.join(map(str, seqs))})").fetchall()}
+    current = rows_by_seq(con, seqs, columns, ids)
     return ([(float(score), *current[d]) if d in current else (float(score), None, ()) for d, score in rows],
             [current[d] for d in also if d in current])
+
+
+def rows_by_seq(con: Conn, seqs: Sequence[int], columns: str,
+                ids: Callable[[Sequence[int]], dict[int, str]] | None = None) -> dict[int, tuple[str, tuple]]:
+    """seq -> (status, `columns` of that row version) for the versions the table still has.
+
+    DuckDB stores ids FSST-compressed in segments of ~26k rows, and reading one row's id decodes
+    the offsets from its segment's start: the id column was ~70% of a recall's row lookups
+    (callgrind). When `columns` starts with the id, ids that `ids` knows (recall's vector cache
+    holds the id of every row version it scores) are not read; the rest come in a second lookup.
+    """
+    if not seqs:
+        return {}
+    in_list = ", ".join(str(int(q)) for q in seqs)
+    known = ids(seqs) if ids is not None and columns.startswith("id, ") else {}
+    if not known:
+        return {r[0]: (r[1], r[2:]) for r in con.execute(
+            f"SELECT seq, status, {columns} FROM memories WHERE seq IN ({in_list})").fetchall()}
+    got = con.execute(f"SELECT seq, status, {columns[4:]} FROM memories WHERE seq IN ({in_list})").fetchall()
+    unknown = [r[0] for r in got if r[0] not in known]
+    if unknown:
+        known = known | dict(con.execute(
+            f"SELECT seq, id FROM memories WHERE seq IN ({', '.join(map(str, unknown))})").fetchall())
+    return {r[0]: (r[1], (known[r[0]], *r[2:])) for r in got if r[0] in known}
 
 
 def drop_postings(con: Conn, seqs: Sequence[int]) -> int:

@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 # the row fetch it does anyway. Above CACHE_MAX_BYTES the least recently searched spaces go.
 CACHE_MIN_ROWS = 0
 CACHE_MAX_BYTES = 1 << 30     # ~700k vectors of 384 floats across all cached spaces
+# Spaces this large get a file: below it, reading the vectors from the table at the first
+# search costs a few ms (a file would only add writes, and copies of vectors on disk).
+PERSIST_MIN_ROWS = 2000
 
 
 def vector_candidates(con: Conn, qvec: np.ndarray, space_ids: Sequence[str], n: int,
@@ -141,10 +144,11 @@ class VectorCache:
     """
 
     def __init__(self, store: Store, *, min_rows: int = CACHE_MIN_ROWS, max_bytes: int = CACHE_MAX_BYTES,
-                 folder: Path | None | bool = True) -> None:
+                 folder: Path | None | bool = True, persist_min_rows: int = PERSIST_MIN_ROWS) -> None:
         self._store = store
         self.min_rows = min_rows
         self.max_bytes = max_bytes
+        self.persist_min_rows = persist_min_rows
         # Rows proposed beyond n: room for rows retired behind the cache's back (the checked
         # search drops those it finds, so they rarely come back).
         self.margin = 10
@@ -427,7 +431,7 @@ class VectorCache:
 
     def _save(self, space: str, sp: SpaceVectors) -> None:
         path = self._file(space)
-        if path is None:
+        if path is None or sp.live < self.persist_min_rows:
             return
         try:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -438,7 +442,7 @@ class VectorCache:
     def _maybe_save(self, space: str, sp: SpaceVectors) -> None:
         """Rewrite a space's file once it holds many rows the file lacks (or many dead ones), so
         a restart loads it without reading the table."""
-        if self.folder is None:
+        if self.folder is None or sp.live < self.persist_min_rows:
             return
         dead = sp.size - sp.live
         if sp.appended > max(1024, sp.nbase // 4) or dead > max(1024, sp.size // 4):

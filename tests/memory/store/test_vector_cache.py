@@ -90,7 +90,7 @@ def test_files_are_private_and_a_restart_maps_them(db):
     rng = np.random.default_rng(1)
     with Store(db, DIM) as store:
         add(store, rng, "A", 300)
-        cache = VectorCache(store)
+        cache = VectorCache(store, persist_min_rows=0)
         q = unit(rng, 1)[0]
         before = cached(store, cache, q, ["A"], 10)
         assert before == exact(store, q, ["A"], 10)
@@ -100,7 +100,7 @@ def test_files_are_private_and_a_restart_maps_them(db):
         assert stat.S_IMODE(cache.folder.stat().st_mode) == 0o700
         cache.close()
     with Store(db, DIM) as store:
-        cache = VectorCache(store)
+        cache = VectorCache(store, persist_min_rows=0)
         assert cached(store, cache, q, ["A"], 10) == before
         held = cache._spaces["A"]
         assert isinstance(held.base, np.memmap) and held.nbase == 300  # mapped, not read from the table
@@ -112,7 +112,7 @@ def test_changes_made_while_down_are_seen_and_forgotten_rows_leave_the_file(db):
         ids = add(store, rng, "A", 200)
         q = store.read(lambda c: c.execute("SELECT embedding FROM memories WHERE id = ?", [ids[7]]).fetchone()[0])
         q = np.asarray(q, dtype=np.float32)
-        cache = VectorCache(store)
+        cache = VectorCache(store, persist_min_rows=0)
         assert ids[7] in cached(store, cache, q, ["A"], 5)
         cache.close()
     # The gateway is down; the operator's CLI forgets one memory, ingest adds and retires others.
@@ -121,7 +121,7 @@ def test_changes_made_while_down_are_seen_and_forgotten_rows_leave_the_file(db):
         new = add(store, rng, "A", 20)
         store.write(lambda c: c.execute("UPDATE memories SET status = 'retired' WHERE id IN (SELECT unnest(?))", [ids[10:15]]))
     with Store(db, DIM) as store:
-        cache = VectorCache(store)
+        cache = VectorCache(store, persist_min_rows=0)
         for n in (5, 50, 400):
             got = cached(store, cache, q, ["A"], n)
             assert got == exact(store, q, ["A"], n)
@@ -138,7 +138,7 @@ def test_a_forget_while_running_is_never_returned(db):
     rng = np.random.default_rng(3)
     with Store(db, DIM) as store:
         ids = add(store, rng, "A", 100)
-        cache = VectorCache(store)
+        cache = VectorCache(store, persist_min_rows=0)
         vec = store.read(lambda c: c.execute("SELECT embedding FROM memories WHERE id = ?", [ids[3]]).fetchone()[0])
         q = np.asarray(vec, dtype=np.float32)
         assert cached(store, cache, q, ["A"], 1) == [ids[3]]
@@ -152,7 +152,7 @@ def test_a_file_never_serves_another_space(db):
     with Store(db, DIM) as store:
         add(store, rng, "A", 120)
         b = add(store, rng, "B", 80)
-        cache = VectorCache(store)
+        cache = VectorCache(store, persist_min_rows=0)
         q = unit(rng, 1)[0]
         cached(store, cache, q, ["A"], 5)
         cached(store, cache, q, ["B"], 5)
@@ -160,7 +160,7 @@ def test_a_file_never_serves_another_space(db):
         a_file, b_file = cache._file("A"), cache._file("B")
     shutil.copy(b_file, a_file)  # A's file now holds B's rows
     with Store(db, DIM) as store:
-        cache = VectorCache(store)
+        cache = VectorCache(store, persist_min_rows=0)
         got = cached(store, cache, q, ["A"], 50)
         assert got == exact(store, q, ["A"], 50) and not set(got) & set(b)
 
@@ -170,7 +170,7 @@ def test_a_file_of_another_database_or_model_is_not_used(db, tmp_path):
     other = tmp_path / "other" / "memory.duckdb"
     with Store(other, DIM) as store:
         add(store, rng, "A", 50)
-        cache = VectorCache(store)
+        cache = VectorCache(store, persist_min_rows=0)
         cached(store, cache, unit(rng, 1)[0], ["A"], 5)
         cache.close()
         foreign = cache.folder
@@ -178,7 +178,7 @@ def test_a_file_of_another_database_or_model_is_not_used(db, tmp_path):
         mine = add(store, rng, "A", 60)
         folder = db.with_name(db.name + ".vectors")
         shutil.copytree(foreign, folder)  # a copied folder: same space name, other rows
-        cache = VectorCache(store)
+        cache = VectorCache(store, persist_min_rows=0)
         q = unit(rng, 1)[0]
         got = cached(store, cache, q, ["A"], 60)
         assert set(got) == set(mine) and got == exact(store, q, ["A"], 60)
@@ -189,16 +189,26 @@ def test_a_file_of_another_database_or_model_is_not_used(db, tmp_path):
             assert load(f, DIM) is not None
     with Store(db, DIM) as store:
         store.write(lambda c: Store.meta_set(c, "embedding_model", "a-third-model"))
-        cache = VectorCache(store)
+        cache = VectorCache(store, persist_min_rows=0)
         assert cached(store, cache, q, ["A"], 10) == exact(store, q, ["A"], 10)
         assert cache._spaces["A"].nbase == 60  # rebuilt from the table, not the old model's file
+
+
+def test_small_spaces_get_no_file(db):
+    rng = np.random.default_rng(7)
+    with Store(db, DIM) as store:
+        add(store, rng, "A", 30)
+        cache = VectorCache(store, persist_min_rows=100)
+        q = unit(rng, 1)[0]
+        assert cached(store, cache, q, ["A"], 5) == exact(store, q, ["A"], 5)
+        assert not cache._file("A").exists()
 
 
 def test_many_rows_written_since_the_file_rewrite_it(db):
     rng = np.random.default_rng(6)
     with Store(db, DIM) as store:
         add(store, rng, "A", 100)
-        cache = VectorCache(store)
+        cache = VectorCache(store, persist_min_rows=0)
         q = unit(rng, 1)[0]
         cached(store, cache, q, ["A"], 5)
         for _ in range(3):
