@@ -11,25 +11,17 @@ practice far less: measured on 100k E5-built vectors, the int8 cosine is off by 
 and 0.002 at most, while the 60th and the 240th best cosines lie ~0.01 apart; the exact top 60
 never ranked below 72 by code. The re-rank takes 4m + 64 rows.
 
-Persistence: `save` writes the live rows to one file (mode 0600, written beside and renamed
-over), `load` maps it back. The float32 part stays memory-mapped (only re-ranked rows are read),
-the codes and row data are copied into memory. Rows dropped later (retired, forgotten) are
-zeroed in the file at once, so a forgotten memory's vector does not outlive its row on disk.
+Rows [0, nbase) may come from a file (vector_files.py): their float32 vectors stay mapped (only
+re-ranked rows are read), and rows dropped later (retired, forgotten) are zeroed in the file at
+once, so a forgotten memory's vector does not outlive its row on disk.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import simsimd
-
-MAGIC = b"MGVEC01\n"
-_ALIGN = 64
-
 
 def quantize(vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-row int8 codes and scales: x ~= scale * code, code = round(x * 127 / max|x|)."""
@@ -74,8 +66,8 @@ class SpaceVectors:
         self.size = 0
         self.synced = 0                     # highest seq applied to this space
         self.appended = 0                   # rows added since the file was written
-        self._file_alive: np.ndarray | None = None  # the file's alive flags and codes (mapped, writable)
-        self._file_codes: np.ndarray | None = None
+        self.file_alive: np.ndarray | None = None  # the file's alive flags and codes (mapped, writable)
+        self.file_codes: np.ndarray | None = None
 
     @property
     def nbytes(self) -> int:
@@ -135,11 +127,11 @@ class SpaceVectors:
         self.alive[idx] = False
         self.codes[idx] = 0
         in_file = idx[idx < self.nbase]
-        if len(in_file) and self._file_alive is not None and self._file_codes is not None:
+        if len(in_file) and self.file_alive is not None and self.file_codes is not None:
             # Both forms of the vector leave the file (a forgotten memory's vector with it).
             self.base[in_file] = 0.0
-            self._file_codes[in_file] = 0
-            self._file_alive[in_file] = False
+            self.file_codes[in_file] = 0
+            self.file_alive[in_file] = False
             self.close()  # to disk now, not at the kernel's next writeback
 
     # --- scoring ------------------------------------------------------------------------------
@@ -163,97 +155,10 @@ class SpaceVectors:
         out[~low] = self.tail[rows[~low] - self.nbase]
         return out
 
-    # --- the file -----------------------------------------------------------------------------
-    def save(self, path: Path, space: str, model: str | None, kind_names: Sequence[str]) -> None:
-        """Write the live rows to `path` (0600, atomically) and map them back as the base."""
-        rows = np.flatnonzero(self.alive[: self.size])
-        n, dim = len(rows), self.dim
-        ids = [self.ids[r] for r in rows]
-        width = max((len(i.encode()) for i in ids), default=1)
-        header = {"space": space, "model": model, "dim": dim, "n": n, "synced": int(self.synced),
-                  "kinds": list(kind_names), "id_width": width}
-        vecs = self.vectors(rows)
-        parts = {"vecs": vecs, "codes": self.codes[rows], "scale": self.scale[rows], "seq": self.seq[rows],
-                 "kind": self.kind[rows], "alive": np.ones(n, dtype=bool),
-                 "ids": np.array([i.encode() for i in ids], dtype=f"S{width}")}
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                head = json.dumps(header).encode()
-                f.write(MAGIC + len(head).to_bytes(4, "little") + head)
-                for name, arr in parts.items():
-                    f.write(b"\0" * (-f.tell() % _ALIGN))
-                    f.write(np.ascontiguousarray(arr).tobytes())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        fresh = load(path, dim)
-        assert fresh is not None
-        self.__dict__.update(fresh.__dict__)
-
     def close(self) -> None:
         """Flush the zeroed rows of the mapped file."""
         if isinstance(self.base, np.memmap):
             self.base.flush()
-        for part in (self._file_alive, self._file_codes):
+        for part in (self.file_alive, self.file_codes):
             if isinstance(part, np.memmap):
                 part.flush()
-
-
-def read_header(path: Path) -> tuple[dict, int] | None:
-    """The file's header and where its arrays start; None when it is not one of ours."""
-    try:
-        with open(path, "rb") as f:
-            if f.read(len(MAGIC)) != MAGIC:
-                return None
-            size = int.from_bytes(f.read(4), "little")
-            header = json.loads(f.read(size))
-            return header, len(MAGIC) + 4 + size
-    except (OSError, ValueError):
-        return None
-
-
-def load(path: Path, dim: int) -> SpaceVectors | None:
-    """The rows a file holds (float32 part mapped), or None when it is missing, of another
-    dimension or cut short."""
-    got = read_header(path)
-    if got is None:
-        return None
-    header, off = got
-    n, width = int(header["n"]), int(header["id_width"])
-    if int(header["dim"]) != dim:
-        return None
-    layout = [("vecs", np.float32, (n, dim)), ("codes", np.int8, (n, dim)), ("scale", np.float32, (n,)),
-              ("seq", np.int64, (n,)), ("kind", np.int8, (n,)), ("alive", np.bool_, (n,)), ("ids", f"S{width}", (n,))]
-    offsets = {}
-    for name, dtype, shape in layout:
-        off += -off % _ALIGN
-        offsets[name] = off
-        off += int(np.prod(shape)) * np.dtype(dtype).itemsize
-    if path.stat().st_size < off:
-        return None
-    sp = SpaceVectors(dim)
-    if n == 0:
-        sp.synced = int(header["synced"])
-        return sp
-
-    def mapped(name: str, dtype, shape) -> np.ndarray:
-        return np.memmap(path, dtype=dtype, mode="r+", offset=offsets[name], shape=shape)
-
-    sp.base = mapped("vecs", np.float32, (n, dim))
-    sp._file_alive = mapped("alive", np.bool_, (n,))
-    sp._file_codes = mapped("codes", np.int8, (n, dim))
-    sp.codes = np.array(sp._file_codes)
-    sp.scale = np.array(mapped("scale", np.float32, (n,)))
-    sp.seq = np.array(mapped("seq", np.int64, (n,)))
-    sp.kind = np.array(mapped("kind", np.int8, (n,)))
-    sp.alive = np.array(sp._file_alive)
-    sp.ids = [b.decode() for b in np.array(mapped("ids", f"S{width}", (n,))).tolist()]
-    sp.pos = {i: k for k, i in enumerate(sp.ids)}
-    sp.by_seq = dict(zip(sp.seq.tolist(), sp.ids))
-    sp.nbase = sp.size = n
-    sp.synced = int(header["synced"])
-    return sp

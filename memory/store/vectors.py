@@ -30,7 +30,6 @@ those seqs (a restored backup, another database's folder) is discarded and rebui
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from collections import OrderedDict
@@ -42,7 +41,8 @@ import numpy as np
 
 from memory.store.connection import Conn, PerStore, Store, vector_literal
 from memory.store.dialect import dialect_of
-from memory.store.vector_space import SpaceVectors, load, over, quantize, read_header
+from memory.store import vector_files
+from memory.store.vector_space import SpaceVectors, over, quantize
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +126,6 @@ class Proposal:
     seqs: dict[str, int] = field(default_factory=dict)  # the row versions memory scored
 
 
-def cache_folder(store: object) -> Path | None:
-    """Where a DuckDB file store keeps its vector files (`<db file>.vectors/`); None for an
-    in-memory or PostgreSQL store (their vectors are held in memory only)."""
-    path = getattr(store, "path", None)
-    if getattr(store, "backend", None) != "duckdb" or path is None or str(path) == ":memory:":
-        return None
-    return Path(path).with_name(Path(path).name + ".vectors")
-
-
 class VectorCache:
     """In-process vectors of the spaces recall searches (see the module docstring).
 
@@ -152,7 +143,7 @@ class VectorCache:
         # Rows proposed beyond n: room for rows retired behind the cache's back (the checked
         # search drops those it finds, so they rarely come back).
         self.margin = 10
-        self.folder: Path | None = cache_folder(store) if folder is True else (folder or None)
+        self.folder: Path | None = vector_files.cache_folder(store) if folder is True else (folder or None)
         self._lock = threading.Lock()
         self._spaces: OrderedDict[str, SpaceVectors] = OrderedDict()  # LRU order
         self._sizes: dict[str, int] = {}    # live rows with a vector per space (an estimate)
@@ -355,9 +346,7 @@ class VectorCache:
             self._maybe_save(s, sp)
 
     def _file(self, space: str) -> Path | None:
-        if self.folder is None:
-            return None
-        return self.folder / (hashlib.sha256(space.encode()).hexdigest()[:32] + ".vec")
+        return vector_files.path_for(self.folder, space) if self.folder is not None else None
 
     def _load(self, con: Conn, space: str) -> None:
         """Bring a space into memory: from its file plus the rows changed since, or from SQL."""
@@ -378,7 +367,7 @@ class VectorCache:
             if n:
                 sp.upsert(list(got["id"]), np.array([self._kind_code(k) for k in got["kind"]], dtype=np.int8),
                           np.asarray(got["seq"], dtype=np.int64), np.stack(got["embedding"]).astype(np.float32, copy=False))
-            self._save(space, sp)
+            sp = self._save(space, sp)
         while self._spaces and sum(s.nbytes for s in self._spaces.values()) + sp.nbytes > self.max_bytes:
             old, dropped = self._spaces.popitem(last=False)
             dropped.close()
@@ -392,11 +381,11 @@ class VectorCache:
         path = self._file(space)
         if path is None or not path.exists():
             return None
-        got = read_header(path)
-        sp = load(path, self._dim) if got is not None else None
+        got = vector_files.read_header(path)
+        sp = vector_files.load(path, self._dim) if got is not None else None
         header = got[0] if got is not None else {}
         if (sp is None or header.get("space") != space or header.get("model") != self._model
-                or sp.synced > self._synced or not self._same_rows(con, sp)):
+                or sp.synced > self._synced or not vector_files.same_rows(con, sp)):
             log.info("vector file of space %s is stale or damaged: reloading from the table", space)
             path.unlink(missing_ok=True)
             return None
@@ -407,37 +396,26 @@ class VectorCache:
         changed = con.execute(
             "SELECT id, space_id, kind, seq, status = 'active' AND embedding IS NOT NULL AS live, embedding "
             f"FROM memories WHERE space_id = ? AND seq > {int(sp.synced)}", [space]).fetchnumpy()
-        self._spaces[space] = sp  # _apply updates only spaces held
+        self._spaces[space] = sp  # _apply updates only spaces held (and may rewrite the file)
         try:
             if len(changed["id"]):
                 self._apply(changed, np.arange(len(changed["id"])), only=space)
         finally:
-            del self._spaces[space]
+            sp = self._spaces.pop(space)
         sp.synced = max(sp.synced, self._synced)
         return sp
 
-    @staticmethod
-    def _same_rows(con: Conn, sp: SpaceVectors) -> bool:
-        """A file written for another database (a restored backup, a copied folder) names rows
-        this one does not have at those seqs: a few rows, spread over the file, are compared."""
-        live = np.flatnonzero(sp.alive[: sp.size])
-        if not len(live):
-            return True
-        pick = live[np.linspace(0, len(live) - 1, num=min(len(live), 8)).astype(int)]
-        want = {sp.ids[p]: int(sp.seq[p]) for p in pick}
-        have = dict(con.execute(f"SELECT id, seq FROM memories WHERE id IN ({_in_list(list(want))})").fetchall())
-        # A row rewritten since (newer seq) is fine: the catch-up replaces it.
-        return all(i in have and have[i] >= s for i, s in want.items())
-
-    def _save(self, space: str, sp: SpaceVectors) -> None:
+    def _save(self, space: str, sp: SpaceVectors) -> SpaceVectors:
+        """The space written to its file and mapped back (or `sp` itself when it gets no file)."""
         path = self._file(space)
         if path is None or sp.live < self.persist_min_rows:
-            return
+            return sp
         try:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            sp.save(path, space, self._model, self._kind_names())
+            return vector_files.save(sp, path, space, self._model, self._kind_names())
         except OSError:
             log.warning("could not write the vector file of space %s (searching from memory)", space, exc_info=True)
+            return sp
 
     def _maybe_save(self, space: str, sp: SpaceVectors) -> None:
         """Rewrite a space's file once it holds many rows the file lacks (or many dead ones), so
@@ -446,7 +424,7 @@ class VectorCache:
             return
         dead = sp.size - sp.live
         if sp.appended > max(1024, sp.nbase // 4) or dead > max(1024, sp.size // 4):
-            self._save(space, sp)
+            self._spaces[space] = self._save(space, sp)
 
     def _kind_names(self) -> list[str]:
         return [k for k, _ in sorted(self._kinds.items(), key=lambda kv: kv[1])]

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from memory.forget import forget
 from memory.store.connection import Store
 from memory.store.rows import NewMemory, insert_memories
-from memory.store.vector_space import SpaceVectors, load, quantize
+from memory.store.vector_files import load
+from memory.store.vector_space import SpaceVectors, quantize
 from memory.store.vectors import VectorCache, _Scored, vector_candidates
 
 DIM = 384
