@@ -35,8 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from memory.store.connection import Conn, Store
 from memory.store.dialect import dialect_of
 from memory.store.tokens import STEM_SQL, TOKENS_SQL, build_scratch, stem_terms, stems_of
-from memory.store.postings_cache import (DICT, GENERATION_KEY, POSTINGS, STATS, WATERMARK_KEY, IndexVersion, PostingsCache,
-                                         bump_generation, index_version)
+from memory.store.postings_cache import DICT, POSTINGS, STATS, WATERMARK_KEY, PostingsCache, bump_generation, index_version
 
 log = logging.getLogger(__name__)
 
@@ -207,17 +206,15 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
     stems = _stem(terms)
     if not stems:
         return [], {}
-    version, listed = _version_and_fresh(con, cache.last_watermark if cache is not None else 0)
+    version = index_version(con)
     wm = version.watermark
-    if cache is not None:
-        cache.last_watermark = wm
     allowed, kinds_ok = set(space_ids), set(kinds) if kinds else None
     # Statistics over the indexed and the fresh rows together.
     stats = cache.stats(con, version, stems) if cache is not None and wm > 0 else None
     if stats is None:
         stats = _index_stats(con, stems) if wm > 0 else (0, 0, dict.fromkeys(stems, 0))
     n, total_len, df = stats
-    fresh = _fresh_rows(con, wm, listed)
+    fresh = _fresh_rows(con, wm)
     n += len(fresh)
     total_len += sum(r[4] for r in fresh)
     for _, _, _, counts, _ in fresh:
@@ -274,28 +271,10 @@ def _index_stats(con: Conn, stems: list[str]) -> tuple[int, int, dict[str, int]]
     return int(rows[0][0]), int(rows[0][1]), df
 
 
-def _version_and_fresh(con: Conn, guess: int) -> tuple[IndexVersion, list[tuple[str, int]] | None]:
-    """The index version and, in the same round trip, the (id, seq) of active rows written
-    since the build, when the watermark is at least `guess` (the last one seen: it only moves
-    up, at a rebuild); otherwise (or with no guess) the rows are left to `_fresh_rows`."""
-    if guess <= 0:
-        return index_version(con), None
-    got = con.execute(
-        f"SELECT key, value, NULL AS id, NULL::BIGINT AS seq FROM meta WHERE key IN ('{WATERMARK_KEY}', '{GENERATION_KEY}') "
-        f"UNION ALL SELECT NULL, NULL, id, seq FROM memories WHERE seq > {int(guess)} AND status = 'active'").fetchall()
-    meta = {k: v for k, v, _, _ in got if k is not None}
-    version = IndexVersion(int(meta.get(WATERMARK_KEY, 0)), int(meta.get(GENERATION_KEY, 0)))
-    if version.watermark < guess:
-        return version, None
-    return version, [(i, q) for k, _, i, q in got if k is None and q > version.watermark]
-
-
-def _fresh_rows(con: Conn, wm: int, rows: list[tuple[str, int]] | None = None) -> list[tuple[str, str, str, Counter, int]]:
+def _fresh_rows(con: Conn, wm: int) -> list[tuple[str, str, str, Counter, int]]:
     """Active rows written since the build, all spaces (N, df and avgdl count them all):
-    (id, space, kind, token counts, length). Rows seen before come from the token cache.
-    `rows`: their (id, seq) when the caller has read them already."""
-    if rows is None:
-        rows = con.execute(f"SELECT id, seq FROM memories WHERE seq > {int(wm)} AND status = 'active'").fetchall()
+    (id, space, kind, token counts, length). Rows seen before come from the token cache."""
+    rows = con.execute(f"SELECT id, seq FROM memories WHERE seq > {int(wm)} AND status = 'active'").fetchall()
     known = [(i, seq, _fresh_tokens.get((i, seq))) for i, seq in rows]
     missing = [seq for _, seq, got in known if got is None]
     if missing:

@@ -94,9 +94,6 @@ class PostingsCache:
         self._n = self._total_len = 0
         self._slices: OrderedDict[tuple[str, str], _Slice] = OrderedDict()  # LRU order
         self._held = 0                     # postings in _slices
-        # The watermark the last search saw: the next one reads the rows written since it in
-        # the same round trip as the version (keywords._version_and_fresh).
-        self.last_watermark = 0
 
     def stats(self, con: Conn, version: IndexVersion, stems: Sequence[str]) -> tuple[int, int, dict[str, int]] | None:
         """(N, total length, df of each stem) of the index, or None when the index changed
