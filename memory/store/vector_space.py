@@ -32,6 +32,11 @@ def quantize(vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return codes, scale
 
 
+# Spaces held wholly in memory up to this size are scored exactly in float32 at once: the int8
+# pass and a re-rank of 4m + 64 rows would cost more than they save.
+EXACT_MAX = 4096
+
+
 def over(m: int) -> int:
     """Rows re-ranked in float32 to return the best `m` (see the module docstring)."""
     return 4 * m + 64
@@ -142,6 +147,19 @@ class SpaceVectors:
             return np.zeros(0)
         raw = np.asarray(simsimd.cdist(codes[None, :], self.codes[:size], metric="dot", threads=1))[0]
         sims = raw * self.scale[:size] * qscale
+        ok = self.alive[:size] if wanted is None else self.alive[:size] & wanted[:size]
+        sims[~ok] = -np.inf
+        return sims
+
+    @property
+    def small(self) -> bool:
+        """Scored exactly at once (no file part, few rows)."""
+        return self.nbase == 0 and self.size <= EXACT_MAX
+
+    def exact(self, qvec: np.ndarray, wanted: np.ndarray | None) -> np.ndarray:
+        """Every row's float32 cosine (-inf for rows not live or not `wanted`)."""
+        size = self.size
+        sims = (self.tail[:size] @ qvec).astype(np.float64)
         ok = self.alive[:size] if wanted is None else self.alive[:size] & wanted[:size]
         sims[~ok] = -np.inf
         return sims

@@ -442,8 +442,8 @@ class VectorCache:
         wanted_codes = [self._kinds.get(k, -1) for k in kinds] if kinds else None
         parts = []
         for sp in spaces.values():
-            wanted = np.isin(sp.kind, wanted_codes) if wanted_codes is not None else None
-            sims = sp.approx(codes, float(qscale), wanted)
+            wanted = np.isin(sp.kind[: sp.size], wanted_codes) if wanted_codes is not None else None
+            sims = sp.exact(qvec, wanted) if sp.small else sp.approx(codes, float(qscale), wanted)
             parts.append((sp, sims, int(np.isfinite(sims).sum())))
         return _Scored(qvec, parts)
 
@@ -496,13 +496,13 @@ class _Scored:
         """The `m` best rows by exact float32 cosine, best first: (id, cosine, vector, seq)."""
         cands: list[tuple[str, float, np.ndarray, int]] = []
         for sp, sims, count in self.parts:
-            k = min(over(m), count)
+            k = min(m if sp.small else over(m), count)
             if k <= 0:
                 continue
             idx = np.argpartition(-sims, k - 1)[:k] if k < len(sims) else np.flatnonzero(np.isfinite(sims))
             idx = idx[np.isfinite(sims[idx])]
             vecs = sp.vectors(idx)
-            exact = vecs @ self.qvec
+            exact = sims[idx] if sp.small else vecs @ self.qvec  # small: `sims` are exact already
             seqs = sp.seq[idx].tolist()
             cands.extend((sp.ids[j], float(e), vecs[r], seqs[r]) for r, (j, e) in enumerate(zip(idx.tolist(), exact.tolist())))
         cands.sort(key=lambda c: (-c[1], c[0]))

@@ -24,6 +24,7 @@ from memory.forget import forget
 from memory.store.connection import Store
 from memory.store.rows import NewMemory, insert_memories
 from memory.store.vector_files import load
+from memory.store import vector_space
 from memory.store.vector_space import SpaceVectors, quantize
 from memory.store.vectors import VectorCache, _Scored, vector_candidates
 
@@ -72,13 +73,19 @@ def test_int8_scan_with_exact_rerank_returns_the_exact_top_rows(seed, n, m, shap
     q = vecs[rng.integers(0, n)] * 0.5 + unit(rng, 1)[0] * 0.5
     q = (q / np.linalg.norm(q)).astype(np.float32)
     (codes,), (qscale,) = quantize(q[None, :])
-    sims = sp.approx(codes, float(qscale), None)
-    got = _Scored(q, [(sp, sims, int(np.isfinite(sims).sum()))]).top(m)
     alive = np.array([f"r{i}" not in set(gone) for i in range(n)])
     truth = vecs @ q
     order = sorted(np.flatnonzero(alive), key=lambda i: (-truth[i], f"r{i}"))[:m]
-    assert [i for i, _, _, _ in got] == [f"r{i}" for i in order]
-    assert all(abs(s - truth[int(i[1:])]) < 1e-6 for i, s, _, _ in got)
+    small = vector_space.EXACT_MAX
+    try:
+        for exact_max in (0, small):  # the int8 scan with its re-rank, then (small spaces) float32 at once
+            vector_space.EXACT_MAX = exact_max
+            sims = sp.exact(q, None) if sp.small else sp.approx(codes, float(qscale), None)
+            got = _Scored(q, [(sp, sims, int(np.isfinite(sims).sum()))]).top(m)
+            assert [i for i, _, _, _ in got] == [f"r{i}" for i in order]
+            assert all(abs(s - truth[int(i[1:])]) < 1e-5 for i, s, _, _ in got)
+    finally:
+        vector_space.EXACT_MAX = small
 
 
 # --- files -----------------------------------------------------------------------------------
