@@ -1,8 +1,10 @@
-"""Recall latency at scale: spaces of 1k, 10k and 100k memories of generated chat text.
+"""Recall latency at scale: spaces of 500 turns, 1k, 10k and 100k memories of generated chat text.
 
 Builds (or, with --reuse, reopens) a DuckDB file with:
 - `scale:1k` ingested through `memory.ingest.raw.store_raw` (real embeddings, each message with the
   one it answers as context, like the gateway does): this gives the raw-ingest turns/s figure;
+- `scale:500`, a 500-turn conversation ingested the same way (the size of the held-out recall
+  runs' spaces; added to an older file on first use);
 - `scale:10k`, `scale:100k` and four "other" spaces of 5k rows each (so the space filter has
   rows to skip), plus a small `scale:public` space every query also searches. Their vectors
   are not embedded one by one: a pool of distinct clauses is embedded once, a message is 1-5
@@ -12,11 +14,17 @@ then rebuilds the keyword index (timed, on every run) and runs the same 200 gene
 questions (English and Chinese) against each size through `Recaller.search(..., limit=10)`,
 three passes. Reports p50/p95 recall ms with the query embedding excluded
 (`recaller.last_timing.search_ms`), the p95 of each question's best pass (the machine is
-shared), p50 query embedding ms, the first search of a space (it loads the vector cache), and
-the same again with 500 rows written since the last rebuild (scored directly).
+shared), the CPU ms a search takes (less sensitive to other load than the wall time), the first
+search of a space after a restart (its vector file mapped, its keyword slices loaded) and the
+very first search of a space (no file yet: its vectors read from the table), the same again
+with 500 rows written since the last rebuild (scored directly), and the query embedding: p50 of
+new questions (at 1 and at 2 threads, and the default policy) and of repeated ones (cached).
+The load average is printed beside every figure: on a shared machine compare runs made
+back to back.
 
     python bench/recall_scale.py                # build /tmp/recall_scale.duckdb, then measure
     python bench/recall_scale.py --reuse        # reuse the built file (iterate on recall code)
+    python bench/recall_scale.py --reuse --sizes 500,10k --rounds 2   # a quicker look
     python bench/recall_scale.py --ingest-study # also split ingest time into embed vs insert
 """
 
@@ -25,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import statistics
 import sys
 import time
 from datetime import datetime, timedelta
@@ -42,9 +51,11 @@ from memory.ingest.raw import RawMessage, embed_text, raw_rows, store_raw  # noq
 from memory.recall.search import Recaller  # noqa: E402
 from memory.store.backend import open_store  # noqa: E402
 from memory.store.connection import Store  # noqa: E402
+from memory.store.postings_cache import postings_for  # noqa: E402
+from memory.store.vectors import cache_for  # noqa: E402
 
 DIM = 384
-SIZES = {"1k": 1_000, "10k": 10_000, "100k": 100_000}
+SIZES = {"500": 500, "1k": 1_000, "10k": 10_000, "100k": 100_000}
 OTHER_SPACES = 4
 OTHER_ROWS = 5_000
 PUBLIC_ROWS = 300
@@ -262,7 +273,8 @@ def build(db: Path | str, embedder: LocalE5Embedder, seed: int, pool_size: int) 
     try:
         rng = random.Random(seed)
         # 1. Raw ingest through store_raw: the 1k space and the public space, with real embeddings.
-        msgs = conversation(rng, "scale:1k", SIZES["1k"], START) + conversation(rng, "scale:public", PUBLIC_ROWS, START)
+        msgs = conversation(rng, "scale:1k", SIZES["1k"], START) + conversation(rng, "scale:public", PUBLIC_ROWS, START) \
+            + conversation(random.Random(seed + 500), "scale:500", SIZES["500"], START)
         t0 = time.perf_counter()
         for lo in progress(range(0, len(msgs), 64), "raw ingest (batches of 64)"):  # the gateway ingests a few turns at a time
             store_raw(store, embedder, msgs[lo:lo + 64])
@@ -282,6 +294,15 @@ def build(db: Path | str, embedder: LocalE5Embedder, seed: int, pool_size: int) 
     finally:
         store.close()
     return info
+
+
+def ensure_small_space(store: Store, embedder: LocalE5Embedder, seed: int) -> None:
+    """Add the 500-turn space to a file built before it existed (real embeddings, ~30 s)."""
+    if store.read(lambda c: c.execute("SELECT count(*) FROM memories WHERE space_id = 'scale:500'").fetchone()[0]):
+        return
+    msgs = conversation(random.Random(seed + 500), "scale:500", SIZES["500"], START)
+    for lo in progress(range(0, len(msgs), 64), "adding the 500-turn space (batches of 64)"):
+        store_raw(store, embedder, msgs[lo:lo + 64])
 
 
 def _open(db: Path | str):
@@ -308,24 +329,70 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(len(s) * p))]
 
 
-def run_queries(recaller: Recaller, qs: list[str], space: str, now: datetime, rounds: int) -> tuple[list[list[float]], float]:
+def run_queries(recaller: Recaller, qs: list[str], space: str, now: datetime,
+                rounds: int) -> tuple[list[list[float]], list[float]]:
     """Per question, its search latencies over `rounds` passes (query embedding excluded), and
-    the very first search's (it loads the caches)."""
-    recaller.search(qs[0], [space, "scale:public"], limit=10, now=now)
-    first = recaller.last_timing.search_ms
+    the CPU ms of every search (this process's, all threads)."""
     out: list[list[float]] = [[] for _ in qs]
+    cpu: list[float] = []
     for _ in progress(range(rounds), f"{space}: passes over the questions"):
         for k, q in enumerate(qs):
+            c0 = time.process_time()
             recaller.search(q, [space, "scale:public"], limit=10, now=now)
+            cpu.append((time.process_time() - c0) * 1000)
             out[k].append(recaller.last_timing.search_ms)
-    return out, first
+    return out, cpu
 
 
-def summarise(lat: list[list[float]], prefix: str = "") -> dict[str, float]:
-    """p50/p95 over every search, and p95 over each question's best pass (this machine is
-    shared: other processes' load inflates single passes)."""
+def first_search(store: Store, recaller: Recaller, q: str, space: str, now: datetime, *, files: bool) -> float:
+    """The first search of a space after a restart: the in-process caches are let go (the vector
+    files stay, unless `files` is False: then the very first search, which reads the table)."""
+    if not files:
+        folder = cache_for(store).folder
+        for f in folder.glob("*.vec") if folder is not None else ():
+            f.unlink()
+    cache_for.drop(store)
+    postings_for.drop(store)
+    recaller.search(q, [space, "scale:public"], limit=10, now=now)
+    return recaller.last_timing.search_ms
+
+
+def summarise(lat: list[list[float]], cpu: list[float], prefix: str = "") -> dict[str, float]:
+    """p50/p95 over every search, p95 over each question's best pass (this machine is shared:
+    other processes' load inflates single passes), and the p50 CPU ms."""
     flat = [x for per in lat for x in per]
-    return {f"{prefix}p50": pct(flat, 0.5), f"{prefix}p95": pct(flat, 0.95), f"{prefix}best_p95": pct([min(p) for p in lat], 0.95)}
+    return {f"{prefix}p50": pct(flat, 0.5), f"{prefix}p95": pct(flat, 0.95), f"{prefix}best_p95": pct([min(p) for p in lat], 0.95),
+            f"{prefix}cpu": pct(cpu, 0.5), f"{prefix}load": os.getloadavg()[0]}
+
+
+def embed_figures(embedder: LocalE5Embedder, qs: list[str]) -> dict[str, tuple[float, float]]:
+    """Query embedding p50 (ms) of new questions at 1 and 2 OpenMP threads (interleaved, so both
+    see the same load), with the default policy, and of repeated (cached) ones; each with the
+    load average."""
+    def p50(e: LocalE5Embedder, texts: list[str]) -> tuple[float, float]:
+        ms = []
+        for t in texts:
+            t0 = time.perf_counter()
+            e.embed_query(t)
+            ms.append((time.perf_counter() - t0) * 1000)
+        return pct(ms, 0.5), os.getloadavg()[0]
+
+    out: dict[str, list] = {"1 thread": [], "2 threads": []}
+    fixed = {}
+    for label, n in (("1 thread", 1), ("2 threads", 2)):
+        e = LocalE5Embedder.__new__(LocalE5Embedder)
+        e.__dict__.update(embedder.__dict__)
+        e._query_threads = n
+        fixed[label] = e
+    chunks = [qs[i::4] for i in range(4)]
+    for chunk in chunks:  # A B A B: both settings under the same load
+        for label, e in fixed.items():
+            e._cache = type(embedder._cache)()
+            out[label].append(p50(e, [f"{q} ({label})" for q in chunk]))
+    res = {k: (statistics.median(x[0] for x in v), statistics.mean(x[1] for x in v)) for k, v in out.items()}
+    res["default policy"] = p50(embedder, qs)  # the first embedding of each question
+    res["repeated (cached)"] = p50(embedder, qs)
+    return res
 
 
 def write_fresh(store: Store, embedder: LocalE5Embedder, space: str, n: int, seed: int) -> list[str]:
@@ -396,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"building {db} ...")
         build(db, embedder, args.seed, args.pool)
     store = _open(db)
+    ensure_small_space(store, embedder, args.seed)
     info = load_info(store)
     # Always rebuilt (and timed) here, so the index matches the code being measured.
     t0 = time.perf_counter()
@@ -404,23 +472,23 @@ def main(argv: list[str] | None = None) -> int:
     recaller = Recaller(store, embedder)
     now = START + timedelta(days=SPAN_DAYS + 1)
     qs = questions(random.Random(args.seed + 100), args.queries)
-    embed_ms = []
-    for q in progress(qs, "embedding the questions"):  # the first embedding is the real cost (later ones hit the LRU)
-        t0 = time.perf_counter()
-        embedder.embed_query(q)
-        embed_ms.append((time.perf_counter() - t0) * 1000)
+    embeds = embed_figures(embedder, qs)  # also leaves every question's vector in the LRU
     sizes = [s for s in args.sizes.split(",") if s in SIZES]
     results: dict[str, dict[str, float]] = {}
-    load = [os.getloadavg()[0]]
+    # Warm DuckDB itself (its indexes load on first use) so `first` measures our caches only.
+    recaller.search(qs[0], ["scale:public"], limit=10, now=now)
     for size in sizes:
-        lat, first = run_queries(recaller, qs, f"scale:{size}", now, args.rounds)
-        results[size] = summarise(lat) | {"first": first}
+        space = f"scale:{size}"
+        cold = first_search(store, recaller, qs[1], space, now, files=False)
+        warm = first_search(store, recaller, qs[2], space, now, files=True)
+        lat, cpu = run_queries(recaller, qs, space, now, args.rounds)
+        results[size] = summarise(lat, cpu) | {"first": warm, "first_cold": cold}
     fresh_ids: list[str] = []
     try:
         for size in sizes:
             fresh_ids += write_fresh(store, embedder, f"scale:{size}", args.fresh, args.seed + len(fresh_ids))
-            lat, _ = run_queries(recaller, qs, f"scale:{size}", now, args.rounds)
-            results[size] |= summarise(lat, "fresh_")
+            lat, cpu = run_queries(recaller, qs, f"scale:{size}", now, args.rounds)
+            results[size] |= summarise(lat, cpu, "fresh_")
             # Drop them again so the cached file stays as built (the FTS watermark never moved).
             store.write(lambda con: con.execute("DELETE FROM memories WHERE id IN (SELECT unnest(?))", [fresh_ids]))
             fresh_ids = []
@@ -429,22 +497,27 @@ def main(argv: list[str] | None = None) -> int:
             store.write(lambda con: con.execute("DELETE FROM memories WHERE id IN (SELECT unnest(?))", [fresh_ids]))
         store.close()
 
-    load.append(os.getloadavg()[0])
     with _open(db) as s2:
         store_rows = dict(s2.read(lambda c: c.execute("SELECT space_id, count(*) FROM memories GROUP BY 1").fetchall()))
     total = sum(store_rows.values())
     print(f"\nrecall at scale ({total} rows in {len(store_rows)} spaces; each query searches its space + "
-          f"scale:public ({store_rows.get('scale:public', 0)} rows); {len(qs)} questions, limit 10)")
-    print(f"ms, query embedding excluded; {args.rounds} passes; 'best' = p95 of each question's fastest pass; "
-          f"load average {load[0]:.1f} -> {load[1]:.1f} on {os.cpu_count()} cores")
-    print(f"{'size':<6}{'rows':>8}{'p50':>7}{'p95':>7}{'best p95':>9} |{'+' + str(args.fresh) + ' fresh: p50':>16}{'p95':>7}"
-          f"{'best p95':>9} |{'embed p50':>10}{'first':>8}{'FTS rebuild s':>14}")
+          f"scale:public ({store_rows.get('scale:public', 0)} rows); {len(qs)} questions, limit 10, {args.rounds} passes; "
+          f"{os.cpu_count()} cores, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
+    print("ms, query embedding excluded; best = p95 of each question's fastest pass; cpu = p50 CPU ms of a search; "
+          "load = 1-min load average when the row's passes ended")
+    print(f"{'size':<6}{'rows':>8}{'p50':>7}{'p95':>7}{'best':>7}{'cpu':>6}{'load':>6} |"
+          f"{'first':>7}{'cold':>7} |{'+' + str(args.fresh) + ' fresh p50':>15}{'p95':>7}{'best':>7}{'cpu':>6}{'load':>6}")
     for size in sizes:
         r = results[size]
-        print(f"{size:<6}{store_rows.get(f'scale:{size}', 0):>8}{r['p50']:>7.1f}{r['p95']:>7.1f}{r['best_p95']:>9.1f} |"
-              f"{r['fresh_p50']:>16.1f}{r['fresh_p95']:>7.1f}{r['fresh_best_p95']:>9.1f} |"
-              f"{pct(embed_ms, 0.5):>10.1f}{r['first']:>8.0f}{info.get('fts_s', float('nan')):>14.1f}")
-    print("first = the first search of a space in this process (loads its vectors into memory)")
+        print(f"{size:<6}{store_rows.get(f'scale:{size}', 0):>8}{r['p50']:>7.1f}{r['p95']:>7.1f}{r['best_p95']:>7.1f}"
+              f"{r['cpu']:>6.1f}{r['load']:>6.1f} |{r['first']:>7.0f}{r['first_cold']:>7.0f} |"
+              f"{r['fresh_p50']:>15.1f}{r['fresh_p95']:>7.1f}{r['fresh_best_p95']:>7.1f}{r['fresh_cpu']:>6.1f}{r['fresh_load']:>6.1f}")
+    print("first = the first search of a space after a restart (vector file mapped, keyword slices loaded); "
+          "cold = its first search ever (no file: vectors read from the table)")
+    print("\nquery embedding (new questions unless said), ms p50 and load:")
+    for label, (ms, load) in embeds.items():
+        print(f"  {label:<20}{ms:>7.1f}   load {load:.1f}")
+    print(f"FTS rebuild {info.get('fts_s', float('nan')):.1f} s")
     if "ingest_s" in info:
         print(f"raw ingest (store_raw, real embeddings, message + the one it answers): "
               f"{info['ingest_rows'] / info['ingest_s']:.0f} turns/s over {info['ingest_rows']} turns")

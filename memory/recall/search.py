@@ -123,11 +123,12 @@ SELECT {_ROW_COLUMNS} FROM byid WHERE space_id IN ({{spaces}}) AND status = 'act
 
 # Every chunk of the hits' sessions, by the session index (the same two steps as _ROW_SQL: the
 # constant `session_id IN` list alone is an index scan; the other filters would make it a scan).
-_SESSION_SQL = f"""
+# Only what finds the neighbours: their rows are read afterwards, by seq.
+_SESSION_KEYS_SQL = """
 WITH bysession AS MATERIALIZED (
-    SELECT {_ROW_COLUMNS}, status FROM memories WHERE session_id IN ({{sessions}})
+    SELECT seq, session_id, created_at, space_id, status, kind FROM memories WHERE session_id IN ({sessions})
 )
-SELECT {_ROW_COLUMNS} FROM bysession WHERE space_id IN ({{spaces}}) AND status = 'active' AND kind = 'chunk'
+SELECT seq, session_id, created_at FROM bysession WHERE space_id IN ({spaces}) AND status = 'active' AND kind = 'chunk'
 """
 
 
@@ -188,7 +189,9 @@ class Recaller:
         # row fetch below checks them, and `settle` turns them into the exact top n.
         cache = cache_for(self.store)
         proposal = cache.propose(con, qvec, spaces, n, kinds) if qvec is not None else None
-        kw, by_id = keyword_search(con, terms, spaces, n, kinds, _ROW_COLUMNS, postings_for(self.store))
+        # The vector candidates' rows come in the keyword check's lookup (one round trip, not two).
+        kw, by_id = keyword_search(con, terms, spaces, n, kinds, _ROW_COLUMNS, postings_for(self.store),
+                                   also=proposal.seqs.values() if proposal else (), ids=cache.ids_of)
         by_id = {d: r for d, r in by_id.items() if r[2] in spaces}
         wanted = list(dict.fromkeys(d for d in [*(d for d, _ in (proposal.ranked if proposal else ())), *(d for d, _ in kw)]
                                     if d not in by_id))
@@ -227,7 +230,8 @@ class Recaller:
         if s.expand_weight > 0 and s.expand_top > 0 and (not kinds or "chunk" in kinds):
             top = max(s.expand_top, s.many_expand_top) if many else s.expand_top
             best = sorted(scores, key=lambda d: -scores[d])[:top]
-            near, rows = _neighbours(con, {d: by_id[d][10] for d in best if by_id[d][1] == "chunk"}, spaces, s.expand_window)
+            near, rows = _neighbours(con, {d: by_id[d][10] for d in best if by_id[d][1] == "chunk"}, spaces, s.expand_window,
+                                     cache.ids_of)
             by_id |= {r[0]: r for r in rows if r[0] not in by_id}
             scores = ranking.expand_to_neighbours(scores, near, top, s.expand_weight, s.expand_decay,
                                                   s.many_expand_add if many else s.expand_add)
@@ -264,14 +268,32 @@ class Recaller:
         ]
 
 
-def _neighbours(con: Conn, sessions: dict[str, str | None], spaces: Sequence[str],
-                window: int) -> tuple[dict[str, list[tuple[str, int]]], list[tuple]]:
+def _neighbours(con: Conn, sessions: dict[str, str | None], spaces: Sequence[str], window: int,
+                ids: Callable[[Sequence[int]], dict[int, str]] | None = None) -> tuple[dict[str, list[tuple[str, int]]], list[tuple]]:
     """Each hit's session neighbours within `window` turns on each side, as (id, distance),
-    and the rows of every chunk of those sessions. `sessions` maps each hit to its session."""
-    from memory.store.keywords import sql_strings
+    and the rows of those neighbours. `sessions` maps each hit to its session; `ids` names the
+    row versions the vector cache holds.
+
+    Two steps: the (seq, session, time) of every chunk of the sessions, then the full rows of
+    the neighbours only (a session of 40 turns had all 40 rows read, ids and texts included, for
+    the 2-4 that are used: the largest part of a small space's recall, by callgrind)."""
+    from memory.store.keywords import rows_by_seq, sql_strings
 
     wanted = sorted({sid for sid in sessions.values() if sid is not None})
     if not wanted or window <= 0:
         return {}, []
-    rows = con.execute(_SESSION_SQL.format(sessions=sql_strings(wanted), spaces=sql_strings(spaces))).fetchall()
-    return ranking.session_neighbours(list(sessions), [(r[0], r[10], r[5]) for r in rows], window), rows
+    keys = con.execute(_SESSION_KEYS_SQL.format(sessions=sql_strings(wanted), spaces=sql_strings(spaces))).fetchall()
+    seqs = [r[0] for r in keys]
+    known = ids(seqs) if ids is not None else {}
+    missing = [q for q in seqs if q not in known]
+    if missing:
+        known |= dict(con.execute(f"SELECT seq, id FROM memories WHERE seq IN ({', '.join(map(str, missing))})").fetchall())
+    keys = [(known[q], q, session, at) for q, session, at in keys if q in known]
+    near = ranking.session_neighbours(list(sessions), [(d, session, at) for d, _, session, at in keys], window)
+    seq_of = {d: q for d, q, _, _ in keys}
+    need = sorted({seq_of[d] for ns in near.values() for d, _ in ns})
+    rows = [r for status, r in rows_by_seq(con, need, _ROW_COLUMNS, ids).values() if status == "active"]
+    # A neighbour rewritten between the two reads has no row here: it is left out.
+    got = {r[0] for r in rows}
+    near = {hit: kept for hit, ns in near.items() if (kept := [(d, k) for d, k in ns if d in got])}
+    return near, rows

@@ -276,3 +276,8 @@ class PerStore(Generic[C]):
                 got = self._made[store] = self._make(store)
             return got
 
+    def drop(self, store: Store) -> None:
+        """Let go of the store's object: the next call makes a new one (as a restart would)."""
+        with self._lock:
+            self._made.pop(store, None)
+

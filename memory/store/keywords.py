@@ -30,7 +30,7 @@ import logging
 import math
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from memory.store.connection import Conn, Store
 from memory.store.dialect import dialect_of
@@ -191,11 +191,16 @@ def keyword_candidates(con: Conn, terms: Sequence[str], space_ids: Sequence[str]
 
 def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], limit: int,
                    kinds: Sequence[str] | None = None, columns: str = "id",
-                   cache: PostingsCache | None = None) -> tuple[list[tuple[str, float]], dict[str, tuple]]:
+                   cache: PostingsCache | None = None, also: Iterable[int] = (),
+                   ids: Callable[[Sequence[int]], dict[int, str]] | None = None) -> tuple[list[tuple[str, float]], dict[str, tuple]]:
     """`keyword_candidates`, plus the `columns` (starting with id) of the indexed rows it
     checked against the table: recall reads its candidates' rows anyway, and each row looked up
     costs ~35 us, so the check that proves a row live also hands it over. With a `cache`, the
-    index is scored from memory (the same scores; see postings_cache)."""
+    index is scored from memory (the same scores; see postings_cache). `also`: seqs of other
+    rows the caller wants (recall's vector candidates), read in the same lookup and handed over
+    when active; the caller fetches any that did not come (no index yet, no query term).
+    `ids` names the ids of row versions the caller holds (recall's vector cache): those rows'
+    ids are not read from the table (see `_check`)."""
     if not terms or not space_ids or limit <= 0:
         return [], {}
     stems = _stem(terms)
@@ -226,14 +231,18 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
             if score:
                 scored.append((doc, score))
     rows: dict[str, tuple] = {}
+    extra: dict[str, tuple] = {}
     if wm > 0:
         # Rows retired since the build still have postings: a margin of 10, widened when short.
         over = limit + 10
+        wanted = list(also)
         while True:
             top = cache.top(con, version, stems, idf, avgdl, space_ids, kinds, over, K1, B) if cache is not None else None
             if top is None:
                 top = _index_top(con, stems, idf, avgdl, space_ids, kinds, over)
-            proposed = _check(con, top, columns)
+            proposed, got = _check(con, top, columns, wanted, ids)
+            wanted = []  # read once
+            extra |= {r[0]: r for status, r in got if status == "active"}
             live = [(r[0], score) for score, status, r in proposed if status == "active"]
             # Exact when the slice held `limit` live rows (everything outside it scores lower)
             # or was not full (it held every candidate).
@@ -245,7 +254,7 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
         rows = {r[0]: r for _, status, r in proposed if status == "active"}
     scored.sort(key=lambda x: (-round(x[1], 9), x[0]))
     scored = scored[:limit]
-    return scored, {d: rows[d] for d, _ in scored if d in rows}
+    return scored, extra | {d: rows[d] for d, _ in scored if d in rows}
 
 
 def _bm25(idf: float, tf: int, length: int, avgdl: float) -> float:
@@ -312,17 +321,43 @@ def _index_top(con: Conn, stems: list[str], idf: dict[str, float], avgdl: float,
     return [(int(d), float(sc)) for d, sc in rows]
 
 
-def _check(con: Conn, rows: Sequence[tuple[int, float]], columns: str) -> list[tuple[float, str | None, tuple]]:
+def _check(con: Conn, rows: Sequence[tuple[int, float]], columns: str, also: Sequence[int] = (),
+           ids: Callable[[Sequence[int]], dict[int, str]] | None = None) -> tuple[list[tuple[float, str | None, tuple]], list[tuple[str, tuple]]]:
     """The index proposed (seq, score); the table decides: (score, status, row) with the status
     and `columns` of the row version the posting was built from (None and () when it is gone
-    or was rewritten)."""
-    if not rows:
-        return []
+    or was rewritten). Rows of the `also` seqs come back beside them as (status, row)."""
+    seqs = sorted({int(d) for d, _ in rows} | {int(d) for d in also})
+    if not seqs:
+        return [], []
     # A separate lookup, not a join: a constant `seq IN` list is an index scan (~1 ms), the
     # join reads every row's seq (~4 ms at 130k rows).
-    current = {r[0]: (r[1], r[2:]) for r in con.execute(
-        f"SELECT seq, status, {columns} FROM memories WHERE seq IN ({', '.join(str(int(d)) for d, _ in rows)})").fetchall()}
-    return [(float(score), *current[d]) if d in current else (float(score), None, ()) for d, score in rows]
+    current = rows_by_seq(con, seqs, columns, ids)
+    return ([(float(score), *current[d]) if d in current else (float(score), None, ()) for d, score in rows],
+            [current[d] for d in also if d in current])
+
+
+def rows_by_seq(con: Conn, seqs: Sequence[int], columns: str,
+                ids: Callable[[Sequence[int]], dict[int, str]] | None = None) -> dict[int, tuple[str, tuple]]:
+    """seq -> (status, `columns` of that row version) for the versions the table still has.
+
+    DuckDB stores ids FSST-compressed in segments of ~26k rows, and reading one row's id decodes
+    the offsets from its segment's start: the id column was ~70% of a recall's row lookups
+    (callgrind). When `columns` starts with the id, ids that `ids` knows (recall's vector cache
+    holds the id of every row version it scores) are not read; the rest come in a second lookup.
+    """
+    if not seqs:
+        return {}
+    in_list = ", ".join(str(int(q)) for q in seqs)
+    known = ids(seqs) if ids is not None and columns.startswith("id, ") else {}
+    if not known:
+        return {r[0]: (r[1], r[2:]) for r in con.execute(
+            f"SELECT seq, status, {columns} FROM memories WHERE seq IN ({in_list})").fetchall()}
+    got = con.execute(f"SELECT seq, status, {columns[4:]} FROM memories WHERE seq IN ({in_list})").fetchall()
+    unknown = [r[0] for r in got if r[0] not in known]
+    if unknown:
+        known = known | dict(con.execute(
+            f"SELECT seq, id FROM memories WHERE seq IN ({', '.join(map(str, unknown))})").fetchall())
+    return {r[0]: (r[1], (known[r[0]], *r[2:])) for r in got if r[0] in known}
 
 
 def drop_postings(con: Conn, seqs: Sequence[int]) -> int:

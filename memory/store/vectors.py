@@ -8,8 +8,12 @@ Embeddings are unit vectors, so cosine is the inner product. Two paths return th
   1k-row space, ~28 ms for 10k, ~100 ms for 100k. The space filter is in the SQL (DuckDB's
   HNSW index filters after its top-k and returns too few rows for a small space, so per-space
   search does not depend on it).
-- `VectorCache`: the vectors of the spaces recall searches live in numpy matrices in this
-  process (a matrix-vector product over 100k x 384 is ~4 ms). Memory only proposes: the best
+- `VectorCache`: the vectors of the spaces recall searches are held in this process as int8
+  codes scanned first and float32 vectors that re-rank the best exactly (vector_space.py:
+  ~3.5 ms for 100k x 384 on one core). A DuckDB file store keeps each space's vectors in a
+  file beside the database (`<db>.vectors/`, mode 0600), so the first search of a space after
+  a restart maps the file and reads only the rows changed since it was written, instead of
+  every vector of the space from the table. Memory only proposes: the best
   rows are checked against the table in SQL on the caller's connection (the row exists, is
   active, is in an allowed space, is of an allowed kind) and the slice widens until `n` rows
   pass, so the answer is the SQL path's. Recall checks the proposal with the query that
@@ -20,7 +24,8 @@ highest one the cache has seen (`seq` grows on every insert and text change, so 
 maps skip the old row groups). A row that a check finds inactive or gone is dropped from its
 matrix; rows never return to 'active' without a new `seq` (memory_forget, supersede and archive
 are one-way), and a new `seq` re-adds them. A change of embedding model or dimension (reembed)
-empties the cache.
+empties the cache and deletes the files. A file whose sampled rows the table does not have at
+those seqs (a restored backup, another database's folder) is discarded and rebuilt.
 """
 
 from __future__ import annotations
@@ -30,11 +35,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from memory.store.connection import Conn, PerStore, Store, vector_literal
 from memory.store.dialect import dialect_of
+from memory.store import vector_files
+from memory.store.vector_space import SpaceVectors, over, quantize
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +51,9 @@ log = logging.getLogger(__name__)
 # the row fetch it does anyway. Above CACHE_MAX_BYTES the least recently searched spaces go.
 CACHE_MIN_ROWS = 0
 CACHE_MAX_BYTES = 1 << 30     # ~700k vectors of 384 floats across all cached spaces
+# Spaces this large get a file: below it, reading the vectors from the table at the first
+# search costs a few ms (a file would only add writes, and copies of vectors on disk).
+PERSIST_MIN_ROWS = 2000
 
 
 def vector_candidates(con: Conn, qvec: np.ndarray, space_ids: Sequence[str], n: int,
@@ -103,65 +114,6 @@ def _in_list(values: Sequence[str]) -> str:
     return ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
 
 
-@dataclass
-class _Space:
-    """One space's vectors: rows [0, size) of `mat` are live unless `alive` says otherwise."""
-
-    dim: int
-    ids: list[str] = field(default_factory=list)
-    pos: dict[str, int] = field(default_factory=dict)
-    mat: np.ndarray = field(default=None)  # type: ignore[assignment]
-    kind: np.ndarray = field(default=None)  # type: ignore[assignment]  # int8 codes
-    alive: np.ndarray = field(default=None)  # type: ignore[assignment]
-    size: int = 0
-
-    def __post_init__(self) -> None:
-        self.mat = np.zeros((0, self.dim), dtype=np.float32)
-        self.kind = np.zeros(0, dtype=np.int8)
-        self.alive = np.zeros(0, dtype=bool)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.mat.nbytes)
-
-    def upsert(self, ids: Sequence[str], kinds: np.ndarray, vecs: np.ndarray) -> None:
-        """Add rows, or replace the vector of rows already here (their text changed)."""
-        new = [k for k, i in enumerate(ids) if i not in self.pos]
-        for k, i in enumerate(ids):
-            p = self.pos.get(i)
-            if p is not None:
-                self.mat[p] = vecs[k]
-                self.kind[p] = kinds[k]
-                self.alive[p] = True
-        if not new:
-            return
-        need = self.size + len(new)
-        if need > len(self.mat):
-            # Grow geometrically; readers holding the old array keep a valid (older) view.
-            cap = max(need, int(len(self.mat) * 1.5) + 64)
-            mat = np.zeros((cap, self.dim), dtype=np.float32)
-            mat[: self.size] = self.mat[: self.size]
-            kind = np.zeros(cap, dtype=np.int8)
-            kind[: self.size] = self.kind[: self.size]
-            alive = np.zeros(cap, dtype=bool)
-            alive[: self.size] = self.alive[: self.size]
-            self.mat, self.kind, self.alive = mat, kind, alive
-        sel = np.asarray(new)
-        self.mat[self.size:need] = vecs[sel]
-        self.kind[self.size:need] = kinds[sel]
-        self.alive[self.size:need] = True
-        for k in new:
-            self.pos[ids[k]] = len(self.ids)
-            self.ids.append(ids[k])
-        self.size = need
-
-    def drop(self, ids: Sequence[str]) -> None:
-        for i in ids:
-            p = self.pos.get(i)
-            if p is not None:
-                self.alive[p] = False
-
-
 @dataclass(frozen=True)
 class Proposal:
     """The best rows before the table has checked them (see `VectorCache.propose`)."""
@@ -171,25 +123,29 @@ class Proposal:
     floor: float                        # the lowest cosine proposed from memory
     complete: bool                      # memory held no other candidate row
     vectors: dict[str, np.ndarray]
+    seqs: dict[str, int] = field(default_factory=dict)  # the row versions memory scored
 
 
 class VectorCache:
-    """In-process vector matrices of one store's large spaces (see the module docstring).
+    """In-process vectors of the spaces recall searches (see the module docstring).
 
     Thread-safe: keeping the matrices current happens under a lock on a fresh cursor, so each
     update sees a later snapshot than the one before; the scoring works on arrays that are only
     ever appended to or replaced.
     """
 
-    def __init__(self, store: Store, *, min_rows: int = CACHE_MIN_ROWS, max_bytes: int = CACHE_MAX_BYTES) -> None:
+    def __init__(self, store: Store, *, min_rows: int = CACHE_MIN_ROWS, max_bytes: int = CACHE_MAX_BYTES,
+                 folder: Path | None | bool = True, persist_min_rows: int = PERSIST_MIN_ROWS) -> None:
         self._store = store
         self.min_rows = min_rows
         self.max_bytes = max_bytes
+        self.persist_min_rows = persist_min_rows
         # Rows proposed beyond n: room for rows retired behind the cache's back (the checked
         # search drops those it finds, so they rarely come back).
         self.margin = 10
+        self.folder: Path | None = vector_files.cache_folder(store) if folder is True else (folder or None)
         self._lock = threading.Lock()
-        self._spaces: OrderedDict[str, _Space] = OrderedDict()  # LRU order
+        self._spaces: OrderedDict[str, SpaceVectors] = OrderedDict()  # LRU order
         self._sizes: dict[str, int] = {}    # live rows with a vector per space (an estimate)
         self._kinds: dict[str, int] = {}
         self._synced = -1                   # highest seq applied; -1 = not started
@@ -238,18 +194,21 @@ class VectorCache:
         vecs: dict[str, np.ndarray] = {}
         floor, complete = -np.inf, True
         if cached:
-            parts, total = self._score(qvec, cached, kinds)
-            m = min(total, n + self.margin)
-            top = self._top(parts, m)
+            scored = self._score(qvec, cached, kinds)
+            m = min(scored.total, n + self.margin)
+            top = scored.top(m)
             ranked = [(i, sim) for i, sim, _, _ in top]
-            vecs = {i: mat[p] for i, _, mat, p in top}
-            complete = m >= total
+            vecs = {i: v for i, _, v, _ in top}
+            seqs = {i: q for i, _, _, q in top}
+            complete = m >= scored.total
             floor = top[-1][1] if top else -np.inf
+        else:
+            seqs = {}
         unchecked = frozenset(i for i, _ in ranked)
         if small:
             ranked += vector_candidates(con, qvec, small, n, kinds)
             ranked.sort(key=lambda x: (-x[1], x[0]))
-        return Proposal(ranked, unchecked, floor, complete, vecs)
+        return Proposal(ranked, unchecked, floor, complete, vecs, seqs)
 
     def settle(self, con: Conn, proposal: Proposal, live: set[str], qvec: np.ndarray, space_ids: Sequence[str],
                n: int, kinds: Sequence[str] | None = None) -> tuple[list[tuple[str, float]], dict[str, np.ndarray]]:
@@ -265,33 +224,54 @@ class VectorCache:
 
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """Vectors of `ids` held in memory (rows of uncached spaces are simply absent)."""
-        out: dict[str, np.ndarray] = {}
         with self._lock:
             spaces = list(self._spaces.values())
-        for i in ids:
-            for sp in spaces:
-                p = sp.pos.get(i)
-                if p is not None:
-                    out[i] = sp.mat[p]
-                    break
+        out: dict[str, np.ndarray] = {}
+        for sp in spaces:
+            hits = [(i, p) for i, p in ((i, sp.pos.get(i)) for i in ids if i not in out) if p is not None]
+            if hits:
+                got = sp.vectors(np.array([p for _, p in hits]))
+                out.update((i, got[k]) for k, (i, _) in enumerate(hits))
+        return out
+
+    def ids_of(self, seqs: Sequence[int]) -> dict[int, str]:
+        """The ids of these row versions, for those held in memory (a seq names one version of
+        one row, so the answer never goes stale: a row found gone is still checked in SQL)."""
+        with self._lock:
+            spaces = list(self._spaces.values())
+        out: dict[int, str] = {}
+        for sp in spaces:
+            out.update((q, i) for q, i in ((q, sp.by_seq.get(q)) for q in seqs if q not in out) if i is not None)
         return out
 
     def clear(self) -> None:
+        """Forget every held vector (a new embedding model); the files go too."""
         with self._lock:
-            self._reset()
+            self._reset(delete_files=True)
+
+    def close(self) -> None:
+        """Flush rows zeroed in the mapped files."""
+        with self._lock:
+            for sp in self._spaces.values():
+                sp.close()
 
     # --- keeping current ------------------------------------------------------------------
-    def _reset(self) -> None:
+    def _reset(self, delete_files: bool = False) -> None:
+        for sp in self._spaces.values():
+            sp.close()
         self._spaces.clear()
         self._sizes.clear()
         self._too_big.clear()
         self._synced = -1
+        if delete_files and self.folder is not None and self.folder.is_dir():
+            for f in self.folder.glob("*.vec"):
+                f.unlink(missing_ok=True)
 
-    def _prepare(self, space_ids: list[str], dim: int) -> dict[str, _Space]:
-        """Catch up with the table, load requested large spaces; returns the cached ones."""
+    def _prepare(self, space_ids: list[str], dim: int) -> dict[str, SpaceVectors]:
+        """Catch up with the table, load requested spaces; returns the cached ones."""
         with self._lock:
             self._store.read(lambda c: self._catch_up(c, space_ids, dim))
-            out: dict[str, _Space] = {}
+            out: dict[str, SpaceVectors] = {}
             for s in space_ids:
                 sp = self._spaces.get(s)
                 if sp is not None:
@@ -300,71 +280,154 @@ class VectorCache:
             return out
 
     def _catch_up(self, con: Conn, space_ids: list[str], dim: int) -> None:
-        row = con.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
-        model = row[0] if row else None
+        model, got = self._changes(con, dim)
         if self._synced >= 0 and (model != self._model or dim != self._dim):
             log.info("embedding model or dimension changed: vector cache emptied")
-            self._reset()
+            self._reset(delete_files=True)
         self._model, self._dim = model, dim
         if self._synced < 0:
             if self.min_rows > 0:
                 # Rows per space decide which spaces to hold. No `embedding IS NOT NULL` here:
                 # it makes DuckDB decompress every vector (~90 ms at 130k rows, against ~1 ms).
-                rows = con.execute("SELECT space_id, count(*) FROM memories WHERE status = 'active' GROUP BY 1").fetchall()
-                self._sizes = {s: int(c) for s, c in rows}
+                counts = con.execute("SELECT space_id, count(*) FROM memories WHERE status = 'active' GROUP BY 1").fetchall()
+                self._sizes = {s: int(c) for s, c in counts}
             self._synced = int(con.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0])
-        else:
-            self._apply_new_rows(con)
+        elif got is not None and len(got["id"]):
+            self._apply(got, np.arange(len(got["id"])))
         for s in space_ids:
             if s not in self._spaces and s not in self._too_big and self._sizes.get(s, 0) >= self.min_rows:
                 self._load(con, s)
 
-    def _apply_new_rows(self, con: Conn) -> None:
-        # NULL vectors come back masked; only live rows' vectors are read.
+    def _changes(self, con: Conn, dim: int) -> tuple[str | None, dict | None]:
+        """The embedding model (a reembed rewrites every vector without a new seq) and the rows
+        changed since the last search (None before the first). NULL vectors come back masked.
+        DuckDB: one round trip (a row of the meta table unioned onto the changed rows)."""
+        changed = ("SELECT id, space_id, kind, seq, status = 'active' AND embedding IS NOT NULL AS live, embedding "
+                   f"FROM memories WHERE seq > {int(self._synced)}")
+        if self._synced < 0 or dialect_of(con).postgres:
+            row = con.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
+            return (row[0] if row else None), (con.execute(changed).fetchnumpy() if self._synced >= 0 else None)
         got = con.execute(
-            "SELECT id, space_id, kind, seq, status = 'active' AND embedding IS NOT NULL AS live, embedding "
-            f"FROM memories WHERE seq > {int(self._synced)}"
+            f"SELECT 0 AS part, value AS model, NULL AS id, NULL AS space_id, NULL AS kind, NULL::BIGINT AS seq, "
+            f"NULL::BOOLEAN AS live, NULL::FLOAT[{dim}] AS embedding FROM meta WHERE key = 'embedding_model' "
+            f"UNION ALL SELECT 1, NULL, * FROM ({changed})"
         ).fetchnumpy()
-        if len(got["id"]) == 0:
-            return
-        self._synced = max(self._synced, int(got["seq"].max()))
+        head = np.asarray(got["part"]) == 0
+        model = got["model"][int(np.flatnonzero(head)[0])] if head.any() else None
+        rows = np.flatnonzero(~head)
+        return model, {k: got[k][rows] for k in ("id", "space_id", "kind", "seq", "live", "embedding")}
+
+    def _apply(self, got: dict, rows: np.ndarray, only: str | None = None) -> None:
+        """Apply changed rows (from `fetchnumpy`) to the spaces held (all, or `only`)."""
+        seqs = np.asarray(got["seq"])[rows].astype(np.int64)
+        if only is None:
+            self._synced = max(self._synced, int(seqs.max()))
         by_space: dict[str, list[int]] = {}
-        for k, s in enumerate(got["space_id"]):
-            by_space.setdefault(s, []).append(k)
-        for s, rows in by_space.items():
-            live = [k for k in rows if got["live"][k] and len(got["embedding"][k]) == self._dim]
+        for k in rows.tolist():
+            by_space.setdefault(got["space_id"][k], []).append(k)
+        for s, ks in by_space.items():
+            if only is not None and s != only:
+                continue
+            live = [k for k in ks if got["live"][k] and not np.ma.is_masked(got["embedding"][k])
+                    and len(got["embedding"][k]) == self._dim]
             sp = self._spaces.get(s)
             if sp is None:
                 self._sizes[s] = self._sizes.get(s, 0) + len(live)
                 continue
             live_set = set(live)
-            sp.drop([got["id"][k] for k in rows if k not in live_set])
+            sp.drop([got["id"][k] for k in ks if k not in live_set])
             if live:
                 sp.upsert([got["id"][k] for k in live],
                           np.array([self._kind_code(got["kind"][k]) for k in live], dtype=np.int8),
+                          np.array([got["seq"][k] for k in live], dtype=np.int64),
                           np.stack([np.asarray(got["embedding"][k], dtype=np.float32) for k in live]))
-            self._sizes[s] = sp.size
+            sp.synced = max(sp.synced, int(max(got["seq"][k] for k in ks)))
+            self._sizes[s] = sp.live
+            self._maybe_save(s, sp)
+
+    def _file(self, space: str) -> Path | None:
+        return vector_files.path_for(self.folder, space) if self.folder is not None else None
 
     def _load(self, con: Conn, space: str) -> None:
-        got = con.execute(
-            "SELECT id, kind, embedding FROM memories WHERE space_id = ? AND status = 'active' AND embedding IS NOT NULL",
-            [space],
-        ).fetchnumpy()
-        n = len(got["id"])
-        if n * self._dim * 4 > self.max_bytes:
-            self._too_big.add(space)
-            log.info("space %s has %d vectors, more than the vector cache holds: searched in SQL", space, n)
-            return
-        while self._spaces and sum(sp.nbytes for sp in self._spaces.values()) + n * self._dim * 4 > self.max_bytes:
-            old, _ = self._spaces.popitem(last=False)
+        """Bring a space into memory: from its file plus the rows changed since, or from SQL."""
+        sp = self._from_file(con, space)
+        if sp is None:
+            got = con.execute(
+                "SELECT id, kind, seq, embedding FROM memories "
+                "WHERE space_id = ? AND status = 'active' AND embedding IS NOT NULL",
+                [space],
+            ).fetchnumpy()
+            n = len(got["id"])
+            if n * self._dim * 4 > self.max_bytes:
+                self._too_big.add(space)
+                log.info("space %s has %d vectors, more than the vector cache holds: searched in SQL", space, n)
+                return
+            sp = SpaceVectors(self._dim)
+            sp.synced = self._synced
+            if n:
+                sp.upsert(list(got["id"]), np.array([self._kind_code(k) for k in got["kind"]], dtype=np.int8),
+                          np.asarray(got["seq"], dtype=np.int64), np.stack(got["embedding"]).astype(np.float32, copy=False))
+            sp = self._save(space, sp)
+        while self._spaces and sum(s.nbytes for s in self._spaces.values()) + sp.nbytes > self.max_bytes:
+            old, dropped = self._spaces.popitem(last=False)
+            dropped.close()
             log.info("vector cache full: dropped space %s", old)
-        sp = _Space(self._dim)
-        if n:
-            sp.upsert(list(got["id"]), np.array([self._kind_code(k) for k in got["kind"]], dtype=np.int8),
-                      np.stack(got["embedding"]).astype(np.float32, copy=False))
         self._spaces[space] = sp
-        self._sizes[space] = sp.size
-        log.info("vector cache: loaded %d vectors of space %s", n, space)
+        self._sizes[space] = sp.live
+        log.info("vector cache: %d vectors of space %s", sp.live, space)
+
+    def _from_file(self, con: Conn, space: str) -> SpaceVectors | None:
+        """The space's file, brought up to date, when it belongs to this database and model."""
+        path = self._file(space)
+        if path is None or not path.exists():
+            return None
+        got = vector_files.read_header(path)
+        sp = vector_files.load(path, self._dim) if got is not None else None
+        header = got[0] if got is not None else {}
+        if (sp is None or header.get("space") != space or header.get("model") != self._model
+                or sp.synced > self._synced or not vector_files.same_rows(con, sp)):
+            log.info("vector file of space %s is stale or damaged: reloading from the table", space)
+            path.unlink(missing_ok=True)
+            return None
+        # The file's kind codes by name, as this process numbers them.
+        names = header.get("kinds", [])
+        remap = np.array([0, *(self._kind_code(k) for k in names)], dtype=np.int8)
+        sp.kind = remap[sp.kind[: sp.size].clip(0, len(names))].copy()
+        changed = con.execute(
+            "SELECT id, space_id, kind, seq, status = 'active' AND embedding IS NOT NULL AS live, embedding "
+            f"FROM memories WHERE space_id = ? AND seq > {int(sp.synced)}", [space]).fetchnumpy()
+        self._spaces[space] = sp  # _apply updates only spaces held (and may rewrite the file)
+        try:
+            if len(changed["id"]):
+                self._apply(changed, np.arange(len(changed["id"])), only=space)
+        finally:
+            sp = self._spaces.pop(space)
+        sp.synced = max(sp.synced, self._synced)
+        return sp
+
+    def _save(self, space: str, sp: SpaceVectors) -> SpaceVectors:
+        """The space written to its file and mapped back (or `sp` itself when it gets no file)."""
+        path = self._file(space)
+        if path is None or sp.live < self.persist_min_rows:
+            return sp
+        try:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return vector_files.save(sp, path, space, self._model, self._kind_names())
+        except OSError:
+            log.warning("could not write the vector file of space %s (searching from memory)", space, exc_info=True)
+            return sp
+
+    def _maybe_save(self, space: str, sp: SpaceVectors) -> None:
+        """Rewrite a space's file once it holds many rows the file lacks (or many dead ones), so
+        a restart loads it without reading the table."""
+        if self.folder is None or sp.live < self.persist_min_rows:
+            return
+        dead = sp.size - sp.live
+        if sp.appended > max(1024, sp.nbase // 4) or dead > max(1024, sp.size // 4):
+            self._spaces[space] = self._save(space, sp)
+
+    def _kind_names(self) -> list[str]:
+        return [k for k, _ in sorted(self._kinds.items(), key=lambda kv: kv[1])]
 
     def _kind_code(self, kind: str) -> int:
         code = self._kinds.get(kind)
@@ -373,50 +436,34 @@ class VectorCache:
         return code
 
     # --- scoring --------------------------------------------------------------------------
-    def _score(self, qvec: np.ndarray, spaces: dict[str, _Space], kinds: Sequence[str] | None) -> tuple[list, int]:
-        """Cosine of every live row of the cached spaces (-inf for rows not wanted)."""
+    def _score(self, qvec: np.ndarray, spaces: dict[str, SpaceVectors], kinds: Sequence[str] | None) -> _Scored:
+        """Every live row's int8 cosine in the cached spaces (-inf for rows not wanted)."""
+        (codes,), (qscale,) = quantize(qvec[None, :])
+        wanted_codes = [self._kinds.get(k, -1) for k in kinds] if kinds else None
         parts = []
-        for s, sp in spaces.items():
-            size = sp.size
-            mat, alive, kind, ids = sp.mat[:size], sp.alive[:size], sp.kind[:size], sp.ids
-            ok = alive.copy()
-            if kinds:
-                ok &= np.isin(kind, [self._kinds.get(k, -1) for k in kinds])
-            sims = mat @ qvec
-            sims[~ok] = -np.inf
-            parts.append((s, sp, ids, mat, sims, int(ok.sum())))
-        return parts, sum(p[5] for p in parts)
+        for sp in spaces.values():
+            wanted = np.isin(sp.kind[: sp.size], wanted_codes) if wanted_codes is not None else None
+            sims = sp.exact(qvec, wanted) if sp.small else sp.approx(codes, float(qscale), wanted)
+            parts.append((sp, sims, int(np.isfinite(sims).sum())))
+        return _Scored(qvec, parts)
 
-    def _search_cached(self, con: Conn, qvec: np.ndarray, spaces: dict[str, _Space], n: int,
+    def _search_cached(self, con: Conn, qvec: np.ndarray, spaces: dict[str, SpaceVectors], n: int,
                        kinds: Sequence[str] | None) -> tuple[list[tuple[str, float]], dict[str, np.ndarray]]:
-        parts, total = self._score(qvec, spaces, kinds)
-        m = min(total, n + self.margin)
+        scored = self._score(qvec, spaces, kinds)
+        m = min(scored.total, n + self.margin)
         allowed = list(spaces)
         while True:
-            top = self._top(parts, m)
+            top = scored.top(m)
             live, dead = self._check(con, [i for i, _, _, _ in top], allowed, kinds)
             if dead:
                 with self._lock:
-                    for _, sp, *_ in parts:
+                    for sp, _, _ in scored.parts:
                         sp.drop(dead)
-            found = [(i, sim, sp_mat, p) for i, sim, sp_mat, p in top if i in live]
-            if len(found) >= n or m >= total:
+            found = [(i, sim, v) for i, sim, v, _ in top if i in live]
+            if len(found) >= n or m >= scored.total:
                 found = found[:n]
-                return [(i, float(sim)) for i, sim, _, _ in found], {i: mat[p] for i, _, mat, p in found}
-            m = min(total, m * 4)
-
-    @staticmethod
-    def _top(parts: list, m: int) -> list[tuple[str, float, np.ndarray, int]]:
-        """The `m` best rows over all cached spaces, best first: (id, sim, matrix, row)."""
-        cands = []
-        for _, _, ids, mat, sims, count in parts:
-            k = min(m, count)
-            if k <= 0:
-                continue
-            idx = np.argpartition(-sims, k - 1)[:k] if k < len(sims) else np.arange(len(sims))
-            cands.extend((ids[j], float(sims[j]), mat, int(j)) for j in idx if sims[j] != -np.inf)
-        cands.sort(key=lambda c: (-c[1], c[0]))
-        return cands[:m]
+                return [(i, float(sim)) for i, sim, _ in found], {i: v for i, _, v in found}
+            m = min(scored.total, m * 4)
 
     @staticmethod
     def _check(con: Conn, ids: list[str], spaces: list[str], kinds: Sequence[str] | None) -> tuple[set[str], list[str]]:
@@ -436,6 +483,30 @@ class VectorCache:
         status = {i: st for i, _, _, st in rows}
         dead = [i for i in ids if status.get(i) != "active"]
         return live, dead
+
+
+class _Scored:
+    """One query's int8 cosines over the cached spaces; `top(m)` re-ranks the best exactly."""
+
+    def __init__(self, qvec: np.ndarray, parts: list[tuple[SpaceVectors, np.ndarray, int]]) -> None:
+        self.qvec, self.parts = qvec, parts
+        self.total = sum(p[2] for p in parts)
+
+    def top(self, m: int) -> list[tuple[str, float, np.ndarray, int]]:
+        """The `m` best rows by exact float32 cosine, best first: (id, cosine, vector, seq)."""
+        cands: list[tuple[str, float, np.ndarray, int]] = []
+        for sp, sims, count in self.parts:
+            k = min(m if sp.small else over(m), count)
+            if k <= 0:
+                continue
+            idx = np.argpartition(-sims, k - 1)[:k] if k < len(sims) else np.flatnonzero(np.isfinite(sims))
+            idx = idx[np.isfinite(sims[idx])]
+            vecs = sp.vectors(idx)
+            exact = sims[idx] if sp.small else vecs @ self.qvec  # small: `sims` are exact already
+            seqs = sp.seq[idx].tolist()
+            cands.extend((sp.ids[j], float(e), vecs[r], seqs[r]) for r, (j, e) in enumerate(zip(idx.tolist(), exact.tolist())))
+        cands.sort(key=lambda c: (-c[1], c[0]))
+        return cands[:m]
 
 
 # The vector cache of a store (one per Store object, made on first use).

@@ -54,3 +54,48 @@ def test_a_query_waits_for_at_most_one_batch_of_a_long_passage_run(embedder):
     order.append("query")
     runner.join()
     assert order == ["query", "passages"]
+
+
+class _Counting:
+    """The real engine, counting its calls."""
+
+    def __init__(self, model) -> None:
+        self.model, self.queries = model, 0
+
+    def query(self, text):
+        self.queries += 1
+        return self.model.query(text)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def test_a_repeated_query_is_not_embedded_again(embedder):
+    counting = _Counting(embedder._model)
+    embedder._model = counting
+    try:
+        first = embedder.embed_query("what did Caroline paint last summer?")
+        again = embedder.embed_query("what did Caroline paint last summer?")
+        other = embedder.embed_query("what did Melanie paint last summer?")
+    finally:
+        embedder._model = counting.model
+    assert counting.queries == 2
+    assert again is first and not np.array_equal(first, other)
+    # The key names the model: another model's vector for the same text is never served.
+    assert embedder._cache.get(("litellm:some-other-model", "what did Caroline paint last summer?")) is None
+
+
+def test_one_thread_or_all_give_the_same_vector_and_the_setting_is_restored(embedder):
+    from memory.embed import LocalE5Embedder
+
+    if embedder._omp is None:
+        return  # an engine without its bundled OpenMP runtime: nothing to set
+    before = embedder._omp.omp_get_max_threads()
+    text = "which bakery downtown did Gina recommend for croissants?"
+    one, every = LocalE5Embedder.__new__(LocalE5Embedder), LocalE5Embedder.__new__(LocalE5Embedder)
+    for e, n in ((one, 1), (every, 2)):
+        e.__dict__.update(embedder.__dict__)
+        e._cache = type(embedder._cache)()
+        e._query_threads = n
+    assert np.allclose(one.embed_query(text), every.embed_query(text), atol=1e-6)
+    assert embedder._omp.omp_get_max_threads() == before

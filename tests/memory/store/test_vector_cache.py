@@ -1,0 +1,226 @@
+"""The vector cache's int8 scan with a float32 re-rank, and its files beside the database.
+
+- The int8 scan re-ranked in float32 returns the exact scan's top rows (random and clustered
+  E5-sized vectors).
+- The files: mode 0600 in a 0700 folder; a restart maps them and reads only the rows changed
+  since; rows written, retired, rewritten or forgotten while the gateway was down are seen; a
+  forgotten memory is never returned and its vector is zeroed in the file; a file of another
+  space, another database or another model is never used.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import stat
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memory.forget import forget
+from memory.store.connection import Store
+from memory.store.rows import NewMemory, insert_memories
+from memory.store.vector_files import load
+from memory.store import vector_space
+from memory.store.vector_space import SpaceVectors, quantize
+from memory.store.vectors import VectorCache, _Scored, vector_candidates
+
+DIM = 384
+NOW = datetime(2026, 3, 1, 12, 0)
+
+
+def unit(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
+    v = rng.normal(size=(n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def clustered(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
+    """Like E5 vectors: a shared direction plus a few topics, cosines packed in a narrow band."""
+    common = unit(rng, 1, dim)[0]
+    topics = unit(rng, 8, dim)
+    v = common + 0.6 * topics[rng.integers(0, 8, n)] + 0.25 * rng.normal(size=(n, dim)).astype(np.float32) / math.sqrt(dim) * 8
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+def add(store: Store, rng: np.random.Generator, space: str, n: int, kind: str = "fact") -> list[str]:
+    rows = [NewMemory(space_id=space, kind=kind, text=f"note {space} {i}", title=f"note {i}",
+                      created_at=NOW - timedelta(days=i)) for i in range(n)]
+    return store.write(lambda c: insert_memories(c, rows, clustered(rng, n)))
+
+
+def exact(store: Store, q: np.ndarray, spaces: list[str], n: int) -> list[str]:
+    return [i for i, _ in store.read(lambda c: vector_candidates(c, q, spaces, n))]
+
+
+def cached(store: Store, cache: VectorCache, q: np.ndarray, spaces: list[str], n: int) -> list[str]:
+    return [i for i, _ in store.read(lambda c: cache.candidates(c, q, spaces, n))]
+
+
+# --- the int8 scan ---------------------------------------------------------------------------
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 3000), m=st.integers(1, 80),
+       shape=st.sampled_from(["random", "clustered"]), dead=st.floats(0, 0.5))
+def test_int8_scan_with_exact_rerank_returns_the_exact_top_rows(seed, n, m, shape, dead):
+    rng = np.random.default_rng(seed)
+    vecs = (unit if shape == "random" else clustered)(rng, n)
+    sp = SpaceVectors(DIM)
+    sp.upsert([f"r{i}" for i in range(n)], np.ones(n, dtype=np.int8), np.arange(n), vecs)
+    gone = [f"r{i}" for i in np.flatnonzero(rng.random(n) < dead)]
+    sp.drop(gone)
+    q = vecs[rng.integers(0, n)] * 0.5 + unit(rng, 1)[0] * 0.5
+    q = (q / np.linalg.norm(q)).astype(np.float32)
+    (codes,), (qscale,) = quantize(q[None, :])
+    alive = np.array([f"r{i}" not in set(gone) for i in range(n)])
+    truth = vecs @ q
+    order = sorted(np.flatnonzero(alive), key=lambda i: (-truth[i], f"r{i}"))[:m]
+    small = vector_space.EXACT_MAX
+    try:
+        for exact_max in (0, small):  # the int8 scan with its re-rank, then (small spaces) float32 at once
+            vector_space.EXACT_MAX = exact_max
+            sims = sp.exact(q, None) if sp.small else sp.approx(codes, float(qscale), None)
+            got = _Scored(q, [(sp, sims, int(np.isfinite(sims).sum()))]).top(m)
+            assert [i for i, _, _, _ in got] == [f"r{i}" for i in order]
+            assert all(abs(s - truth[int(i[1:])]) < 1e-5 for i, s, _, _ in got)
+    finally:
+        vector_space.EXACT_MAX = small
+
+
+# --- files -----------------------------------------------------------------------------------
+@pytest.fixture
+def db(tmp_path):
+    return tmp_path / "data" / "memory.duckdb"
+
+
+def test_files_are_private_and_a_restart_maps_them(db):
+    rng = np.random.default_rng(1)
+    with Store(db, DIM) as store:
+        add(store, rng, "A", 300)
+        cache = VectorCache(store, persist_min_rows=0)
+        q = unit(rng, 1)[0]
+        before = cached(store, cache, q, ["A"], 10)
+        assert before == exact(store, q, ["A"], 10)
+        files = list(cache.folder.glob("*.vec"))
+        assert len(files) == 1
+        assert stat.S_IMODE(files[0].stat().st_mode) == 0o600
+        assert stat.S_IMODE(cache.folder.stat().st_mode) == 0o700
+        cache.close()
+    with Store(db, DIM) as store:
+        cache = VectorCache(store, persist_min_rows=0)
+        assert cached(store, cache, q, ["A"], 10) == before
+        held = cache._spaces["A"]
+        assert isinstance(held.base, np.memmap) and held.nbase == 300  # mapped, not read from the table
+
+
+def test_changes_made_while_down_are_seen_and_forgotten_rows_leave_the_file(db):
+    rng = np.random.default_rng(2)
+    with Store(db, DIM) as store:
+        ids = add(store, rng, "A", 200)
+        q = store.read(lambda c: c.execute("SELECT embedding FROM memories WHERE id = ?", [ids[7]]).fetchone()[0])
+        q = np.asarray(q, dtype=np.float32)
+        cache = VectorCache(store, persist_min_rows=0)
+        assert ids[7] in cached(store, cache, q, ["A"], 5)
+        cache.close()
+    # The gateway is down; the operator's CLI forgets one memory, ingest adds and retires others.
+    with Store(db, DIM) as store:
+        store.write(lambda c: forget(c, [ids[7]], ["A"], NOW))
+        new = add(store, rng, "A", 20)
+        store.write(lambda c: c.execute("UPDATE memories SET status = 'retired' WHERE id IN (SELECT unnest(?))", [ids[10:15]]))
+    with Store(db, DIM) as store:
+        cache = VectorCache(store, persist_min_rows=0)
+        for n in (5, 50, 400):
+            got = cached(store, cache, q, ["A"], n)
+            assert got == exact(store, q, ["A"], n)
+            assert ids[7] not in got and not set(ids[10:15]) & set(got)
+        assert set(new) <= set(cached(store, cache, q, ["A"], 400))
+        cache.close()
+        path = next(cache.folder.glob("*.vec"))
+        sp = load(path, DIM)
+        p = sp.ids.index(ids[7])
+        assert not sp.alive[p] and not np.asarray(sp.base[p]).any() and not sp.codes[p].any()
+
+
+def test_a_forget_while_running_is_never_returned(db):
+    rng = np.random.default_rng(3)
+    with Store(db, DIM) as store:
+        ids = add(store, rng, "A", 100)
+        cache = VectorCache(store, persist_min_rows=0)
+        vec = store.read(lambda c: c.execute("SELECT embedding FROM memories WHERE id = ?", [ids[3]]).fetchone()[0])
+        q = np.asarray(vec, dtype=np.float32)
+        assert cached(store, cache, q, ["A"], 1) == [ids[3]]
+        store.write(lambda c: forget(c, [ids[3]], ["A"], NOW))
+        assert ids[3] not in cached(store, cache, q, ["A"], 100)
+        assert cached(store, cache, q, ["A"], 10) == exact(store, q, ["A"], 10)
+
+
+def test_a_file_never_serves_another_space(db):
+    rng = np.random.default_rng(4)
+    with Store(db, DIM) as store:
+        add(store, rng, "A", 120)
+        b = add(store, rng, "B", 80)
+        cache = VectorCache(store, persist_min_rows=0)
+        q = unit(rng, 1)[0]
+        cached(store, cache, q, ["A"], 5)
+        cached(store, cache, q, ["B"], 5)
+        cache.close()
+        a_file, b_file = cache._file("A"), cache._file("B")
+    shutil.copy(b_file, a_file)  # A's file now holds B's rows
+    with Store(db, DIM) as store:
+        cache = VectorCache(store, persist_min_rows=0)
+        got = cached(store, cache, q, ["A"], 50)
+        assert got == exact(store, q, ["A"], 50) and not set(got) & set(b)
+
+
+def test_a_file_of_another_database_or_model_is_not_used(db, tmp_path):
+    rng = np.random.default_rng(5)
+    other = tmp_path / "other" / "memory.duckdb"
+    with Store(other, DIM) as store:
+        add(store, rng, "A", 50)
+        cache = VectorCache(store, persist_min_rows=0)
+        cached(store, cache, unit(rng, 1)[0], ["A"], 5)
+        cache.close()
+        foreign = cache.folder
+    with Store(db, DIM) as store:
+        mine = add(store, rng, "A", 60)
+        folder = db.with_name(db.name + ".vectors")
+        shutil.copytree(foreign, folder)  # a copied folder: same space name, other rows
+        cache = VectorCache(store, persist_min_rows=0)
+        q = unit(rng, 1)[0]
+        got = cached(store, cache, q, ["A"], 60)
+        assert set(got) == set(mine) and got == exact(store, q, ["A"], 60)
+        store.write(lambda c: Store.meta_set(c, "embedding_model", "another-model"))
+        assert cached(store, cache, q, ["A"], 10) == exact(store, q, ["A"], 10)
+        cache.close()
+        for f in folder.glob("*.vec"):
+            assert load(f, DIM) is not None
+    with Store(db, DIM) as store:
+        store.write(lambda c: Store.meta_set(c, "embedding_model", "a-third-model"))
+        cache = VectorCache(store, persist_min_rows=0)
+        assert cached(store, cache, q, ["A"], 10) == exact(store, q, ["A"], 10)
+        assert cache._spaces["A"].nbase == 60  # rebuilt from the table, not the old model's file
+
+
+def test_small_spaces_get_no_file(db):
+    rng = np.random.default_rng(7)
+    with Store(db, DIM) as store:
+        add(store, rng, "A", 30)
+        cache = VectorCache(store, persist_min_rows=100)
+        q = unit(rng, 1)[0]
+        assert cached(store, cache, q, ["A"], 5) == exact(store, q, ["A"], 5)
+        assert not cache._file("A").exists()
+
+
+def test_many_rows_written_since_the_file_rewrite_it(db):
+    rng = np.random.default_rng(6)
+    with Store(db, DIM) as store:
+        add(store, rng, "A", 100)
+        cache = VectorCache(store, persist_min_rows=0)
+        q = unit(rng, 1)[0]
+        cached(store, cache, q, ["A"], 5)
+        for _ in range(3):
+            add(store, rng, "A", 500)
+            assert cached(store, cache, q, ["A"], 20) == exact(store, q, ["A"], 20)
+        sp = cache._spaces["A"]
+        assert sp.nbase > 100 and sp.size == 1600
