@@ -27,11 +27,23 @@ def restrict_umask() -> int:
 
 
 def private_dir(path: Path | str) -> Path:
-    """Create the folder if needed and make it 0700 (only it: its parents are not ours to change)."""
+    """Create the folder if needed and make it 0700 (only it: its parents are not ours to change).
+
+    A folder that is shared by design is left as it is: one with the sticky bit (/tmp, /var/tmp)
+    or owned by another account. `data_dir = "/tmp"` once turned /tmp into 0700 and every other
+    account's programs (a PostgreSQL server among them) lost their files; `memgate doctor` reports
+    such a data folder instead."""
     path = Path(path)
     path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    _chmod(path, DIR_MODE)
+    if not shared_by_design(path):
+        _chmod(path, DIR_MODE)
     return path
+
+
+def shared_by_design(path: Path | str) -> bool:
+    """True for a folder other accounts are meant to use: sticky, or not owned by this account."""
+    st = Path(path).stat()
+    return bool(st.st_mode & stat.S_ISVTX) or st.st_uid != os.geteuid()
 
 
 def open_private(path: Path | str, mode: str = "w", encoding: str | None = "utf-8") -> IO:

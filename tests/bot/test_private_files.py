@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from memory.private_files import loose_paths, open_private, restrict_umask, write_private
+from memory.private_files import loose_paths, open_private, private_dir, restrict_umask, write_private
 from memory.tasks.skill_files import write_skill_file
 from tests.bot.cli.test_cli import ROOT, env_for, read_reply
 
@@ -168,3 +168,20 @@ async def test_doctor_reports_files_other_accounts_can_read(tmp_path):
     line = next(l for l in out.stdout.splitlines() if "open to other accounts on this machine" in l)
     assert line.startswith("[FAIL]") and "memgate.duckdb (644)" in line and "notes.txt (604)" in line
     assert f"chmod -R go-rwx {data}" in out.stdout and out.returncode == 1 and "Traceback" not in out.stderr
+
+
+def test_a_data_folder_shared_by_design_is_left_as_it_is(tmp_path):
+    # Found: data_dir = "/tmp" (as a test of migrate did) made /tmp 0700, and the PostgreSQL
+    # server running as another account shut down when it lost its own files under it.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    private_dir(shared)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    own = tmp_path / "own"
+    own.mkdir(mode=0o755)
+    os.chmod(own, 0o755)
+    private_dir(own)
+    assert stat.S_IMODE(own.stat().st_mode) == 0o700
+    private_dir(tmp_path / "new" / "data")
+    assert stat.S_IMODE((tmp_path / "new" / "data").stat().st_mode) == 0o700

@@ -362,7 +362,10 @@ async def test_link_shares_one_memory_after_confirmation_and_keeps_the_joiners_o
         assert "confirm" in await bot.ask(52, f"/link {code}")
         # 51 is asked in its own chat, shown which account asks.
         await bot.tg.wait_until(lambda: any(s["chat_id"] == 51 and "/link yes" in s["visible_text"] for s in bot.tg.sent))
-        assert "Linked" in await bot.ask(51, "/link yes")
+        # Both accounts confirm: the owner's yes alone shares nothing.
+        assert "Linked" not in await bot.ask(51, "/link yes")
+        assert "Miso" not in await bot.ask(52, "/memory")
+        assert "Linked" in await bot.ask(52, "/link yes")
         # 52 joined 51's memory; 52's earlier memory stayed 52's own.
         joined = await bot.ask(52, "/memory")
         assert "Miso" in joined and "red Brompton" in joined
@@ -378,14 +381,17 @@ async def test_link_shares_one_memory_after_confirmation_and_keeps_the_joiners_o
         await console.say("me", f"/link {code}")
         await console.wait_for(1)
         assert "confirm" in console.texts()[-1]
-        assert "Linked" in await bot.ask(52, "/link yes")
-        await console.wait_for(2)
+        assert "Linked" not in await bot.ask(52, "/link yes")
+        await console.wait_for(2)   # told that 52 confirmed, and how to answer
+        assert "/link yes" in console.texts()[-1]
+        await console.say("me", "/link yes")
+        await console.wait_for(3)
         assert console.texts()[-1].startswith("Linked")
         await console.say("me", "/memory")
-        await console.wait_for(3)
+        await console.wait_for(4)
         assert "Miso" in console.texts()[-1] and "red Brompton" not in console.texts()[-1]
         await console.say("me", "/remember my phone is a Fairphone")
-        await console.wait_for(4)
+        await console.wait_for(5)
         assert "Fairphone" in await bot.ask(51, "/memory")
 
 

@@ -48,8 +48,9 @@ def _hnsw(store) -> list[str]:
 
 
 def _open(url: str):
-    """A store with every layer's migrations, opened as the gateway opens it."""
-    return open_store(Settings(data_dir=tempfile.gettempdir(), store={"url": url}))
+    """A store with every layer's migrations, opened as the gateway opens it (its data folder is
+    never used by a PostgreSQL store: a fresh one so nothing shared is touched)."""
+    return open_store(Settings(data_dir=tempfile.mkdtemp(prefix="memgate-migrate-"), store={"url": url}))
 
 
 def migrate(source_url: str, target_url: str, batch: int = 2000) -> MigrateResult:
