@@ -27,6 +27,7 @@ BOT_ORDER: tuple[tuple[str, ...], ...] = (
     ("bot.delivery",),    # inbox, outbox, cluster ownership
     ("bot.turn",),        # gateway, queues, agent, tools, sessions, commands, views
     ("bot.operator",),    # the operator's work; its line to a running gateway is the admin API client
+    ("bot.mcp",),         # the memory tools other agents call over MCP (served by the API and `memgate mcp`)
     ("bot.api",),         # the HTTP API, served by the running gateway
     ("bot.app",),         # the composition root
     ("bot.cli",),         # the command line: builds the app for run/chat, else goes through bot.operator

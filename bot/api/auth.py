@@ -20,11 +20,15 @@ from bot.api.ratelimit import retry_after_header
 from bot.api.sessions import COOKIE, CSRF_HEADER, csrf_ok
 
 SESSION_PATH = "/api/v1/session"   # login, whoami and logout: the route checks what it needs itself
+MCP_PATH = "/mcp"                  # MCP over HTTP (bot/api/mcp_http.py): any live key; each tool checks write
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 def needed_scope(method: str, path: str) -> Scope | None:
-    """None = public; the admin tree needs admin; reads need read; everything else needs write."""
+    """None = public; the admin tree needs admin; reads need read; everything else needs write.
+    MCP posts every call, reads too: a read key gets in, and the tools that write refuse it."""
+    if path == MCP_PATH:
+        return "read"
     if not path.startswith("/api/") or path == SESSION_PATH:
         return None
     if path.startswith("/api/v1/admin/") or path == "/api/v1/admin":
@@ -52,7 +56,8 @@ async def auth_middleware(request: web.Request, handler) -> web.StreamResponse:
     if rec is None:
         raise ApiError(401, "unauthorized", "a valid API key is required (Authorization: Bearer KEY)",
                        {"WWW-Authenticate": 'Bearer realm="memgate"'})
-    if not rec.allows(scope):
+    # The gateway's admin key may use MCP for one named person (bot.api.mcp_http.key_door).
+    if not rec.allows(scope) and not (request.path == MCP_PATH and rec.scope == "admin"):
         raise ApiError(403, "forbidden", f"this key has {rec.scope} scope; this route needs {scope}")
     wait = request.app[LIMITER].take(rec.id)
     if wait > 0:

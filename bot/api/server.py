@@ -25,6 +25,7 @@ from bot.api.auth import auth_middleware
 from bot.api.context import (CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, LOCAL_TOKEN, LOGINS, METRICS,
                              SESSIONS, ApiHost, LocalToken)
 from bot.api.errors import error_middleware
+from bot.api.mcp_http import MCP_PATH, McpEndpoint
 from bot.access.api_keys import Keys
 from bot.api.origins import POLICY, HostPolicy, host_middleware, no_store
 from bot.api.metrics import Metrics
@@ -86,6 +87,9 @@ def create_app(engine: MemoryEngine, keys: Keys, host: ApiHost, metrics: Metrics
     for module in (routes_ops, routes_session, routes_memories, routes_data, routes_admin, routes_operator,
                    routes_dashboard):
         app.add_routes(module.routes)
+    mcp = McpEndpoint()
+    app.cleanup_ctx.append(mcp.lifespan)
+    app.router.add_route("*", MCP_PATH, mcp.handle)
     return app
 
 
