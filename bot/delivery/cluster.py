@@ -6,7 +6,11 @@ process that holds them, so a process killed at any point hands its work on with
 wait out:
 
 - every process joins under a worker number and holds the WORKER lock of that number while
-  it lives; `alive()` is the set of numbers whose lock is held;
+  it lives; `alive()` is the set of numbers whose lock is held. A number is reused once its
+  holder died, so each joining process also draws an incarnation id (written to `workers` and
+  beside every conversation it owns): a conversation owned under an incarnation that is no
+  longer the one living under that number belonged to a dead predecessor, whether the number
+  is free or taken again (by a restart of the same process, most often);
 - each conversation has an owner (`conversation_owners`): the process that answers its inbox
   and delivers its outbox. Accepting a message makes the accepting process the owner; a
   process adopts the conversations with pending work whose owner is dead (or that have none)
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
@@ -45,6 +50,14 @@ CLUSTER_MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        502,
+        "worker incarnations",
+        """
+        ALTER TABLE workers ADD COLUMN incarnation VARCHAR;             -- this life of the number
+        ALTER TABLE conversation_owners ADD COLUMN incarnation VARCHAR; -- the owner's life
+        """,
+    ),
 )
 
 # Conversations with pending work on the channels whose owner is dead or missing. (Checked, then
@@ -55,11 +68,13 @@ _ORPHANS = """
         UNION
         SELECT conversation_key FROM outbox WHERE status = 'pending' AND channel IN (SELECT unnest(?::VARCHAR[]))) w
     LEFT JOIN conversation_owners o ON o.conversation_key = w.conversation_key
+    LEFT JOIN workers k ON k.n = o.worker
     WHERE o.worker IS NULL OR o.worker NOT IN (SELECT unnest(?::BIGINT[]))
+       OR o.incarnation IS DISTINCT FROM k.incarnation
 """
 _OWN = """
-    INSERT INTO conversation_owners (conversation_key, worker) SELECT k, ? FROM (SELECT unnest(?::VARCHAR[]) AS k)
-    ON CONFLICT (conversation_key) DO UPDATE SET worker = excluded.worker
+    INSERT INTO conversation_owners (conversation_key, worker, incarnation) SELECT k, ?, ? FROM (SELECT unnest(?::VARCHAR[]) AS k)
+    ON CONFLICT (conversation_key) DO UPDATE SET worker = excluded.worker, incarnation = excluded.incarnation
 """
 
 
@@ -70,6 +85,7 @@ class Cluster:
         self.store = store
         self.clock = clock
         self.worker: int | None = None
+        self.incarnation = uuid.uuid4().hex  # drawn anew at each join
         # The channels this process receives now (the gateway keeps it); None: all of them (a
         # process without a gateway, e.g. a test or a CLI command).
         self.receiving: set[str] | None = None
@@ -89,10 +105,13 @@ class Cluster:
             if self.store.locks.try_hold(LockSpace.WORKER, n):
                 break  # another process starting at the same moment took n: try the next free one
         now = utc_naive(self.clock())
+        # The lock was free: whoever lived under n before is dead, and what it owned is orphaned
+        # by the new incarnation (see the module docstring).
+        self.incarnation = uuid.uuid4().hex
         self.store.write(lambda c: c.execute(
-            "INSERT INTO workers (n, pid, host, started_at) VALUES (?, ?, ?, ?) ON CONFLICT (n) DO UPDATE "
-            "SET pid = excluded.pid, host = excluded.host, started_at = excluded.started_at",
-            [n, os.getpid(), socket.gethostname(), now]))
+            "INSERT INTO workers (n, pid, host, started_at, incarnation) VALUES (?, ?, ?, ?, ?) ON CONFLICT (n) DO UPDATE "
+            "SET pid = excluded.pid, host = excluded.host, started_at = excluded.started_at, incarnation = excluded.incarnation",
+            [n, os.getpid(), socket.gethostname(), now, self.incarnation]))
         self.worker = n
         return n
 
@@ -127,7 +146,7 @@ class Cluster:
         def write(con: Conn) -> list[str]:
             keys = sorted({r[0] for r in con.execute(_ORPHANS, [list(channels), list(channels), alive]).fetchall()})
             if keys:
-                con.execute(_OWN, [me, keys])
+                con.execute(_OWN, [me, self.incarnation, keys])
             return keys
 
         return self.store.write(write)
@@ -136,7 +155,7 @@ class Cluster:
         """Inside a write: this process owns the conversation from now on (it accepted a message of it)."""
         if not self.shared:
             return
-        con.execute(_OWN, [self.join(), [conversation_key]])
+        con.execute(_OWN, [self.join(), self.incarnation, [conversation_key]])
 
     def own_if_free(self, con: Conn, conversation_key: str, channel: str) -> None:
         """Inside a write: own the conversation unless a live process does (a reply queued by a
@@ -145,12 +164,15 @@ class Cluster:
         if not self.shared or (self.receiving is not None and channel not in self.receiving):
             return
         me = self.join()
-        row = con.execute("SELECT worker FROM conversation_owners WHERE conversation_key = ?", [conversation_key]).fetchone()
-        if row is None or row[0] not in self.alive() | {me}:
-            con.execute(_OWN, [me, [conversation_key]])
+        row = con.execute("SELECT o.worker, o.incarnation IS NOT DISTINCT FROM k.incarnation FROM conversation_owners o "
+                          "LEFT JOIN workers k ON k.n = o.worker WHERE o.conversation_key = ?", [conversation_key]).fetchone()
+        if row is None or not row[1] or row[0] not in self.alive() | {me}:
+            con.execute(_OWN, [me, self.incarnation, [conversation_key]])
 
     def mine_sql(self) -> tuple[str, list]:
         """A condition on `conversation_key` (and its parameters): conversations this process owns."""
         if not self.shared:
             return "TRUE", []
-        return "conversation_key IN (SELECT conversation_key FROM conversation_owners WHERE worker = ?)", [self.join()]
+        me = self.join()
+        return ("conversation_key IN (SELECT conversation_key FROM conversation_owners WHERE worker = ? AND incarnation = ?)",
+                [me, self.incarnation])

@@ -31,6 +31,7 @@ SCENARIO_MODULES = (
     "tests.reliability.test_delivery",
     "tests.reliability.test_recall_isolation",
     "tests.reliability.test_trust_access",
+    "tests.reliability.test_pg_delivery",
 )
 
 

