@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from memory.errors import EmbeddingError
+from memory.text import fold_for_index
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ class LocalE5Embedder:
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        split = [pieces(t, self._piece_chars, self._max_pieces) for t in texts]
+        split = [pieces(fold_for_index(t), self._piece_chars, self._max_pieces) for t in texts]
         flat = [p for ps in split for p in ps]
         out, batch, chars = [], [], 0
         for p in flat:
@@ -207,7 +208,7 @@ class LocalE5Embedder:
             return _unit(self._model.passage(batch))
 
     def embed_query(self, text: str) -> np.ndarray:
-        text = text[: self._piece_chars]  # a query is one piece: its start says what is asked
+        text = fold_for_index(text)[: self._piece_chars]  # a query is one piece: its start says what is asked
         key = (self.name, text)
         cached = self._cache.get(key)
         if cached is not None:
@@ -277,14 +278,14 @@ class LiteLLMEmbedder:
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        split = [pieces(t, self._piece_chars, self._max_pieces) for t in texts]
+        split = [pieces(fold_for_index(t), self._piece_chars, self._max_pieces) for t in texts]
         flat = [p for ps in split for p in ps]
         vecs = np.vstack([self._call([self._pp + t for t in flat[i : i + self._batch]])
                           for i in range(0, len(flat), self._batch)])
         return _pooled([len(ps) for ps in split], vecs)
 
     def embed_query(self, text: str) -> np.ndarray:
-        text = text[: self._piece_chars]
+        text = fold_for_index(text)[: self._piece_chars]
         cached = self._cache.get((self.name, text))
         if cached is None:
             cached = self._call([self._qp + text])[0]

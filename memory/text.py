@@ -58,15 +58,24 @@ QUERY_STOPWORDS = STOPWORDS | ZH_QUESTION_WORDS
 
 
 def normalize(text: str) -> str:
-    """NFKC, unified newlines, collapsed runs of spaces, trimmed lines and ends."""
-    text = unicodedata.normalize("NFKC", text).replace("\r\n", "\n").replace("\r", "\n")
+    """The text as it is stored: unified newlines, collapsed runs of spaces, trimmed lines and ends.
+
+    Characters are kept as written (a Chinese full-width comma stays one): folding them is the
+    indexes' business (`fold_for_index`, `tokenize`), never the stored text's."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
+def fold_for_index(text: str) -> str:
+    """What the indexes see of a text: NFKC-folded (full-width Latin, digits and punctuation as
+    ASCII, compatibility forms unified), so "ＡＢＣ，１２" and "ABC,12" are found alike."""
+    return unicodedata.normalize("NFKC", text)
+
+
 def content_hash(text: str) -> str:
-    """SHA-256 of the normalised, case-folded text: the exact-duplicate key."""
-    return hashlib.sha256(normalize(text).casefold().encode("utf-8")).hexdigest()
+    """SHA-256 of the normalised, NFKC-folded and case-folded text: the exact-duplicate key."""
+    return hashlib.sha256(normalize(fold_for_index(text)).casefold().encode("utf-8")).hexdigest()
 
 
 def has_cjk(text: str) -> bool:
@@ -319,38 +328,84 @@ _PLACEHOLDER = re.compile(r"\[REDACTED[A-Z_]*\]")
 # (a trailing full stop or comma belongs to the sentence, not the password).
 _VALUE = (r"""(?P<s>\[REDACTED[A-Z_]*\]|"[^"\n]{1,200}"|'[^'\n]{1,200}'|[^\s"'，。；、！？,;]+?)"""
           r"""(?=[.,;:!?)\]}]*(?:\s|$)|[，。；、！？,;])""")
-_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:.*?-----END [A-Z ]*PRIVATE KEY-----|.*\Z)", re.S), "[REDACTED_PRIVATE_KEY]"),
+# The third field: True for a value found by the words before it ("password is X"), which must
+# also look like a secret (`looks_like_secret`); the other patterns are secret shapes themselves.
+_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str, bool], ...] = (
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:.*?-----END [A-Z ]*PRIVATE KEY-----|.*\Z)", re.S), "[REDACTED_PRIVATE_KEY]", False),
     # OpenAI (sk-, sk-proj-, sk-svcacct-), Anthropic (sk-ant-api03-); a digit is required so that
     # "sk-learn-is-a-great-library" is not a key.
-    (re.compile(r"\b(?:sk|pk|rk)-(?:proj-|ant-(?:[a-z]+\d+-)?|live-|test-|svcacct-|admin-)?(?=[A-Za-z_\-]*\d)[A-Za-z0-9_\-]{16,}"), "[REDACTED_KEY]"),
-    (re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{10,}"), "[REDACTED_KEY]"),          # Stripe
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{22,}"), "[REDACTED_KEY]"),  # GitHub
-    (re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{10,}|\bxapp-\d-[A-Za-z0-9-]{10,}"), "[REDACTED_KEY]"),  # Slack
-    (re.compile(r"\bhf_[A-Za-z0-9]{30,}"), "[REDACTED_KEY]"),                                   # Hugging Face
-    (re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA|AGPA)[0-9A-Z]{16}\b"), "[REDACTED_KEY]"),           # AWS key ids
-    (re.compile(r"\bAIza[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])"), "[REDACTED_KEY]"),             # Google
-    (re.compile(r"\b\d{8,10}:[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"), "[REDACTED_KEY]"),          # Telegram bot token
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"), "[REDACTED_JWT]"),
-    (re.compile(r"(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=-]{12,})"), "[REDACTED]"),
-    (re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<s>[^\s@/]+)@"), "[REDACTED]"),       # URL credentials
+    (re.compile(r"\b(?:sk|pk|rk)-(?:proj-|ant-(?:[a-z]+\d+-)?|live-|test-|svcacct-|admin-)?(?=[A-Za-z_\-]*\d)[A-Za-z0-9_\-]{16,}"), "[REDACTED_KEY]", False),
+    (re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{10,}"), "[REDACTED_KEY]", False),          # Stripe
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{22,}"), "[REDACTED_KEY]", False),  # GitHub
+    (re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{10,}|\bxapp-\d-[A-Za-z0-9-]{10,}"), "[REDACTED_KEY]", False),  # Slack
+    (re.compile(r"\bhf_[A-Za-z0-9]{30,}"), "[REDACTED_KEY]", False),                                   # Hugging Face
+    (re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA|AGPA)[0-9A-Z]{16}\b"), "[REDACTED_KEY]", False),           # AWS key ids
+    (re.compile(r"\bAIza[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])"), "[REDACTED_KEY]", False),             # Google
+    (re.compile(r"\b\d{8,10}:[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"), "[REDACTED_KEY]", False),          # Telegram bot token
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"), "[REDACTED_JWT]", False),
+    (re.compile(r"(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=-]{12,})"), "[REDACTED]", False),
+    (re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<s>[^\s@/]+)@"), "[REDACTED]", False),       # URL credentials
     # KEY=value and "key: value" for names that say secret: aws_secret_access_key, DB_PASSWORD, api-key.
     (re.compile(r"(?i)\b(?:[a-z0-9]+[_-])*(?:api[_-]?key|secret(?:[_-]?key)?|token|access[_-]?key|passwd|password|pwd"
-                r"|client[_-]?secret|private[_-]?key)(?:[_-][a-z0-9]+)*\s*[:=]\s*" + _VALUE), "[REDACTED]"),
+                r"|client[_-]?secret|private[_-]?key)(?:[_-][a-z0-9]+)*\s*[:=]\s*" + _VALUE), "[REDACTED]", True),
     # What people type: "my password is X", "the PIN was 1234", "passcode for the door is X".
     (re.compile(r"(?i)\b(?:pass(?:word|phrase|code)|passwd|pin(?:\s+code)?)(?:\s+(?:for|of|to)\s+(?:the\s+|my\s+)?[\w.-]+)?"
-                r"\s+(?:is|was|=)\s+" + _VALUE), "[REDACTED]"),
-    (re.compile(r"(?:密码|口令|密钥|令牌|暗号)\s*(?:是|为|:|：|=)\s*" + _VALUE), "[REDACTED]"),
+                r"\s+(?:is|was|=)\s+" + _VALUE), "[REDACTED]", True),
+    (re.compile(r"(?:密码|口令|密钥|令牌|暗号)\s*(?:是|为|:|：|=)\s*" + _VALUE), "[REDACTED]", True),
 )
 _MIN_SCRUB = 3  # shorter literals would scrub ordinary words elsewhere in the turn
 
 
+# What follows "password is" / "secret:" in a sentence rather than a password: function words
+# ("is on the fridge", "secret: the vault") and words that describe the password instead of being
+# it ("is wrong", "was reset"). Only a letters-only value is judged by these words.
+_PROSE_WORDS = EN_STOPWORDS | frozenset(
+    """still same different written stored saved kept taped stuck printed noted listed shown given
+    wrong right incorrect correct invalid valid expired changed reset required needed missing empty blank
+    unknown new old long short weak strong simple easy hard secure insecure safe unsafe private public
+    there here somewhere everywhere nowhere inside outside under underneath behind below above beside
+    near next case sensitive protected encrypted hidden visible shared set none null default""".split())
+# Words after a one-word value that end its clause ("is sunshine and ..."): the value stands alone.
+_CLAUSE_JOINERS = frozenset("and but so or then because please ok okay btw thanks".split())
+_LETTERS = re.compile(r"[^\W\d_]+")
+_LENGTH_WORDS = frozenset("characters chars digits letters numbers symbols long".split())
+
+
+def looks_like_secret(value: str, after: str = "") -> bool:
+    """Whether a value found after "password is" / "token:" / "密码是" is the secret, not prose.
+
+    A secret looks like a token: quoted on purpose, or with digits or symbols in it, or mixed case
+    inside, or long (10+ letters: "correcthorsebattery"). A plain word is the secret only when it
+    ends its clause ("my password is sunshine." / "... sunshine, don't tell" / "sunshine and ...")
+    and is not a function word or a word that describes a password ("on the fridge", "wrong").
+    A value of Chinese characters alone is prose ("密码是在冰箱上"): passwords are typed in ASCII.
+    `after` is the text that follows the value."""
+    if value[:1] in "\"'" and value[-1:] == value[:1] and len(value) >= 2:
+        return True
+    if has_cjk(value) and not re.search(r"[A-Za-z0-9]", value):
+        return False
+    nxt = re.match(r"\s+([^\W\d_]+)", after)
+    if value.isdigit() and nxt is not None and nxt.group(1).lower() in _LENGTH_WORDS:
+        return False                     # "the password is 12 characters long"
+    if not _LETTERS.fullmatch(value):
+        return True                      # digits, symbols or a mix: hunter2, 8841, pa55w0rd-prod
+    if value.lower() in _PROSE_WORDS:
+        return False
+    if any(c.isupper() for c in value[1:]) or len(value) >= 10:
+        return True                      # SunShine, correcthorsebattery
+    if nxt is None:
+        return True                      # the end of the text or of its clause (",", ".", "，")
+    return nxt.group(1).lower() in _CLAUSE_JOINERS
+
+
 def _apply(text: str, found: list[str] | None) -> str:
-    for pattern, placeholder in _SECRET_PATTERNS:
-        def repl(m: re.Match[str], placeholder: str = placeholder) -> str:
+    for pattern, placeholder, judged in _SECRET_PATTERNS:
+        def repl(m: re.Match[str], placeholder: str = placeholder, judged: bool = judged) -> str:
             group = "s" if "s" in m.re.groupindex else 0
             secret = m.group(group)
             if _PLACEHOLDER.fullmatch(secret.strip("\"'")):
+                return m.group(0)
+            if judged and not looks_like_secret(secret, m.string[m.end():]):
                 return m.group(0)
             if found is not None:
                 found.append(secret.strip("\"'") if group == "s" else secret)

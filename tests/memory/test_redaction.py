@@ -36,6 +36,10 @@ SECRETS = {
     "chinese colon": ("密码：{}", "qwerty789"),
     "chinese koling": ("口令是 {}", "zhimakaimen"),
     "chinese wei": ("新密码为{}。", "Pa55word"),
+    "plain word at the end": ("my wifi password is {}.", "sunshine"),
+    "plain word before and": ("the password is {} and the name is Home", "lighthouse"),
+    "mixed case word": ("password: {} (do not share)", "SunShine"),
+    "quoted words": ('the passphrase is "{}" for the vault', "blue horse staple"),
 }
 
 
@@ -80,3 +84,35 @@ def test_redaction_is_idempotent_and_finds_nothing_twice(text):
     once = redact(text)
     assert redact(once) == once
     assert find_secrets(once) == []
+
+
+# What people write after a secret's name that is not the secret: where it is, what it is like.
+CUES = ["the office wifi password is", "My password is", "the PIN is", "the passcode for the door is", "secret:",
+        "api_key:", "the password was", "Token:", "password ="]
+PROSE_STARTS = ["on the", "in the", "under the", "at", "written on", "stored in", "taped under", "still the same as",
+                "the same as", "wrong", "too short", "case sensitive", "somewhere in", "not", "12 characters", "8 digits",
+                "different for", "expired since", "shared with", "in my", "with", "for"]
+PLACES = st.sampled_from("fridge drawer desk router box note notebook card office kitchen Lyon Monday last year "
+                         "the a my your it everyone guests staff door wall sticker".split())
+ZH_CUES = ["密码是", "口令是", "wifi密码是", "密码："]
+ZH_PROSE = st.sampled_from(["在冰箱上", "写在纸条上", "贴在路由器背面", "和以前一样", "我的生日", "在抽屉里的本子上", "问前台"])
+
+
+def test_prose_after_a_secret_name_is_kept():
+    for text in ["The office wifi password is on the fridge", "secret: the vault", "My password is wrong",
+                 "The password is 12 characters long", "密码是在冰箱上的纸条上", "我住在上海，喜欢咖啡"]:
+        assert redact(text) == text and find_secrets(text) == [], text
+
+
+@given(st.sampled_from(CUES), st.sampled_from(PROSE_STARTS), st.lists(PLACES, max_size=6).map(" ".join),
+       st.sampled_from(["", ".", "!", ", ok?"]))
+def test_ordinary_sentences_after_a_secret_name_come_back_unchanged(cue, start, rest, end):
+    text = f"{cue} {start} {rest}".rstrip() + end
+    assert redact(text) == text
+    assert find_secrets(text) == []
+
+
+@given(st.sampled_from(ZH_CUES), ZH_PROSE, st.sampled_from(["", "。", "，别忘了"]))
+def test_ordinary_chinese_after_a_secret_name_comes_back_unchanged(cue, prose, end):
+    text = f"我家的{cue}{prose}{end}"
+    assert redact(text) == text

@@ -97,6 +97,21 @@ async def test_public_writers_everyone_lets_users_share(running, fake_llm):
         assert row.text == "The office wifi is called Lighthouse"
 
 
+async def test_public_add_stores_what_the_admin_wrote(running, fake_llm):
+    # Found: "/public add The office wifi password is on the fridge" was stored as "... password
+    # is [REDACTED] the fridge", "secret: the vault" as "[REDACTED] vault", and "上海，" as "上海,".
+    written = ["The office wifi password is on the fridge", "secret: the vault", "我住在上海，喜欢喝咖啡。"]
+    async with running() as (app, ch):
+        for text in written:
+            assert (await ask(ch, OWNER, f"/public add {text}")).startswith("Shared [")
+        await ask(ch, OWNER, "/public add the guest password is Tr0ub4dor&3, tell nobody")
+        rows = await app.engine.list([app.access.PUBLIC_SPACE])
+        assert sorted(r.text for r in rows) == sorted([*written, "the guest password is [REDACTED], tell nobody"])
+        # The indexes still fold what they read: an ASCII comma finds the full-width one.
+        hits = await app.engine.search("上海,咖啡", [app.access.PUBLIC_SPACE])
+        assert "我住在上海，喜欢喝咖啡。" in [h.text for h in hits]
+
+
 async def test_admins_list_edit_and_forget_public_memories_and_the_block_says_shared_note(running, fake_llm):
     async with running() as (app, ch):
         fake_llm.script(ToolCall("memory_write_public", {"text": "The office wifi is called Lighthouse"}), "Shared.")
