@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from bot.environment import check_names, parse_bool
 from bot.errors import ConfigError
 from memory.errors import StoreError
 from memory.store.url import duckdb_url, parse_store_url
@@ -290,13 +291,26 @@ def _overrides(model: type[BaseModel], data: dict[str, Any], env: dict[str, str]
             if merged or isinstance(inner, dict):
                 data[name] = merged
         elif var in env:
-            data[name] = _coerce(env[var], field.annotation)
+            data[name] = _coerce(var, env[var], field.annotation)
     return data
 
 
-def _coerce(value: str, annotation: Any) -> Any:
+def env_names(model: type[BaseModel] | None = None, prefix: str = "MEMGATE") -> set[str]:
+    """Every MEMGATE_* variable that overrides a setting, plus the secrets' (as `_overrides` reads them)."""
+    model = model or Settings
+    names: set[str] = set(SECRET_ENV.values()) if prefix == "MEMGATE" else set()
+    for name, field in model.model_fields.items():
+        if name == "secrets" or name in _SECRET_KEYS:
+            continue
+        var = f"{prefix}_{name}".upper()
+        sub = field.annotation
+        names |= env_names(sub, var) if isinstance(sub, type) and issubclass(sub, BaseModel) else {var}
+    return names
+
+
+def _coerce(var: str, value: str, annotation: Any) -> Any:
     if annotation is bool:
-        return value.strip().lower() in ("1", "true", "yes", "on")
+        return parse_bool(var, value)
     if getattr(annotation, "__origin__", None) is tuple:
         return tuple(v.strip() for v in value.split(",") if v.strip())
     return value
@@ -357,6 +371,7 @@ def load_settings(path: str | Path | None = None, env: dict[str, str] | None = N
 
     A file named explicitly (argument or $MEMGATE_CONFIG) must exist; the default places may not."""
     env = dict(os.environ if env is None else env)
+    check_names(env, env_names())
     named = str(path) if path else env.get("MEMGATE_CONFIG") or None
     candidates = [named] if named else list(DEFAULT_CONFIG_PATHS)
     data: dict[str, Any] = {}

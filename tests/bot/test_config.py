@@ -12,6 +12,8 @@ import typing
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from bot.config import Settings
@@ -221,3 +223,46 @@ def test_store_url_defaults_to_the_duckdb_file_in_the_data_folder(tmp_path):
     s = Settings(data_dir=str(tmp_path))
     assert s.store_url == f"duckdb://{tmp_path / 'memgate.duckdb'}"
     assert Settings(store={"url": "postgresql://bob@db/memgate"}).store_url == "postgresql://bob@db/memgate"
+
+
+# --- the environment (issue 27: MEMGATE_LLM_MODLE was ignored, ...ENABLED=yesplease became false) ---
+
+async def test_mistyped_variable_and_bad_boolean_are_one_line_through_the_cli(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    code, err = await _memgate(_env(tmp_path, cfg, MEMGATE_LLM_MODLE="qwen2.5"), "jobs")
+    _one_clear_line(code, err, "MEMGATE_LLM_MODLE", "did you mean MEMGATE_LLM_MODEL?")
+    code, err = await _memgate(_env(tmp_path, cfg, MEMGATE_CHANNELS_TELEGRAM_ENABLED="yesplease"), "jobs")
+    _one_clear_line(code, err, "MEMGATE_CHANNELS_TELEGRAM_ENABLED", "yesplease", "true or false")
+    assert not (tmp_path / "data").exists()
+
+
+def test_every_setting_variable_is_known_and_a_typo_of_each_names_it():
+    from bot.config import env_names, load_settings
+    from bot.errors import ConfigError
+
+    names = env_names()
+    assert {"MEMGATE_LLM_MODEL", "MEMGATE_CHANNELS_WECHAT_MP_PORT", "MEMGATE_LLM_API_KEY"} <= names
+    load_settings("/dev/null", env={"MEMGATE_CONFIG": "/dev/null", "MEMGATE_LLM_MODEL": "x"})  # known: accepted
+    for var in sorted(n for n in names if n.startswith("MEMGATE_")):  # TELEGRAM_BOT_TOKEN is not ours to check
+        typo = var[:-2] + var[-1] + var[-2]   # the last two letters swapped
+        if typo in names:
+            continue
+        with pytest.raises(ConfigError) as caught:
+            load_settings("/dev/null", env={typo: "1"})
+        assert f"unknown environment variable {typo}: did you mean {var}?" in str(caught.value)
+
+
+@given(st.text(max_size=12))
+def test_booleans_accept_only_the_usual_spellings(value):
+    from bot.environment import parse_bool
+    from bot.errors import ConfigError
+
+    word = value.strip().lower()
+    if word in {"true", "1", "yes", "on"}:
+        assert parse_bool("MEMGATE_API_ENABLED", value) is True
+    elif word in {"false", "0", "no", "off"}:
+        assert parse_bool("MEMGATE_API_ENABLED", value) is False
+    else:
+        with pytest.raises(ConfigError, match="MEMGATE_API_ENABLED.*not a boolean"):
+            parse_bool("MEMGATE_API_ENABLED", value)
