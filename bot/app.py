@@ -149,6 +149,9 @@ class App:
                 step()
             except Exception as exc:  # a failed warm-up only means the first use pays for it
                 log.warning("warming up %s failed: %s", what, exc)
+        # The last of the start-up work: from here on a gateway that is up stays up (its one
+        # "ready" line, which a service's log, and the headless tests, wait for).
+        log.info("ready: %s loaded", ", ".join(dict.fromkeys(what for what, _ in steps)))
 
     async def _close_store(self) -> None:
         self.store.close()

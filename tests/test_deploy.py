@@ -100,6 +100,54 @@ async def test_the_healthcheck_command_passes_against_a_running_gateway(tmp_path
     assert await asyncio.to_thread(lambda: subprocess.run(command, capture_output=True, timeout=30).returncode) != 0
 
 
+def _image_env() -> dict[str, str]:
+    """The environment the image gives `memgate run`: the Dockerfile's ENV lines, then compose.yaml's
+    `environment` with each ${VAR:-default} at its default (what `docker compose up -d` passes with
+    no .env)."""
+    env: dict[str, str] = {}
+    for instruction, args in dockerfile():
+        if instruction == "ENV":
+            env.update(dict(part.split("=", 1) for part in shlex.split(args)))
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    for name, value in compose["services"]["memgate"]["environment"].items():
+        env[name] = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(value))
+    return env
+
+
+async def test_the_images_command_with_composes_environment_runs_headless_and_stays_healthy(tmp_path):
+    """Issue 24: `docker compose up -d` with the shipped defaults. There is no Docker daemon on the
+    test machines (`docker info`: cannot connect), so the image's exact ENTRYPOINT + CMD run here with
+    the image's and compose's environment, no terminal (stdin /dev/null, as `docker run -d`), in a
+    fresh WORKDIR. Three things differ from the container and are replaced, not removed: the data
+    volume /data is a temp folder, the API port 8765 a free one (other tests run beside this one),
+    and `memgate` (the console script) is this checkout's `python -m bot.cli` (pyproject maps it to
+    the same main). The HEALTHCHECK's own command must pass against it."""
+    from tests.bot.cli.test_run_without_terminal import headless
+
+    steps = dockerfile()
+    entry = _exec_form(next(a for i, a in steps if i == "ENTRYPOINT"))
+    cmd = _exec_form(next(a for i, a in steps if i == "CMD"))
+    assert entry == ["memgate"] and cmd == ["run"]
+    script = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["memgate"]
+    assert script == "bot.cli:main"
+    image = _image_env()
+    assert image["MEMGATE_DATA_DIR"] == "/data" and image["MEMGATE_API_HOST"] == "0.0.0.0"
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMGATE_", "TELEGRAM_", "WECHAT_"))}
+    env.update(image)
+    data = tmp_path / "data"
+    data.mkdir()
+    env.update({"MEMGATE_DATA_DIR": str(data), "MEMGATE_API_PORT": str(port), "HOME": str(tmp_path / "home"),
+                "PYTHONPATH": str(ROOT)})
+    argv = [sys.executable, "-m", "bot.cli", *entry[1:], *cmd]
+    health = _exec_form(next(a for i, a in steps if i == "HEALTHCHECK").split(" CMD ", 1)[1])
+    health = [c.replace("8765", str(port)) for c in health]
+    async with headless(argv, env, str(data), data) as (url, err, out):
+        assert await asyncio.to_thread(lambda: subprocess.run(health, capture_output=True, timeout=30).returncode) == 0
+    assert any("the terminal channel is skipped" in line for line in err)  # one line, not an exit
+    assert f"memgate: dashboard at http://127.0.0.1:{port}/ (log in with a key from `memgate keys create --user NAME`)" in out
+
+
 def test_compose_runs_the_gateway_with_its_volume_and_postgres_only_as_an_optional_profile():
     text = (ROOT / "compose.yaml").read_text()
     compose = yaml.safe_load(text)

@@ -26,6 +26,7 @@ KINDS = ("chunk", "fact", "task", "skill")
 MAX_TEXT = 20_000
 MAX_TAGS = 32
 RECALL_MAX = 100  # the most hits recall ranks for one query
+READABLE = MemoryFilter(statuses=("active", "retired", "archived"))  # every status but forgotten
 
 
 def memory_json(m: MemoryView) -> dict:
@@ -60,7 +61,9 @@ def tags_field(value: object) -> tuple[str, ...]:
 
 async def _one(request: web.Request, memory_id: str) -> MemoryView:
     engine, space = request.app[ENGINE], space_of(request)
-    found = await engine.store.aread(lambda c: get_views(c, space, [memory_id]))
+    # A forgotten memory is gone for the API (404, the contract), not a tombstone: only the
+    # audit trail in the database keeps it. An edited one stays readable (superseded_by says where).
+    found = await engine.store.aread(lambda c: get_views(c, space, [memory_id], READABLE))
     if not found:
         raise ApiError(404, "not_found", f"no memory {memory_id} in this space")
     return found[0]

@@ -132,7 +132,10 @@ class ApiServer:
                       "[api] enabled = false", self.settings.host, self.settings.port, exc.strerror)
             return self
         port = self._runner.addresses[0][1]
-        self.url = f"http://{self.settings.host}:{port}"
+        # The address the CLI (and a person) reaches: a wildcard host, as in the container, is
+        # reached on loopback, which the host policy answers; "0.0.0.0" itself it refuses (421).
+        host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(self.settings.host, self.settings.host)
+        self.url = f"http://{host}:{port}"
         self._publish()
         log.info("API listening on %s", self.url)
         return self

@@ -9,7 +9,7 @@ import getpass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.cli.run import NO_LLM_TEXT
+from bot.cli.run import NO_LLM_TEXT, dashboard_url
 from bot.config import Settings
 from bot.errors import StoreLockedError
 from memory.private_files import loose_paths
@@ -62,6 +62,7 @@ def cmd_doctor(settings: Settings, args) -> int:
         report(True, f"database in use by a running gateway ({exc})")
     except Exception as exc:
         report(False, f"database {settings.store_url}: {exc}", "check data_dir (or [store] url) and its permissions")
+    report(True, _dashboard_line(settings))
     if not settings.llm_configured:
         report(False, "no LLM configured", NO_LLM_TEXT.replace("\n", "\n       "))
     else:
@@ -83,6 +84,22 @@ def cmd_doctor(settings: Settings, args) -> int:
                    down_hint(settings.llm.api_base, settings.llm.model))
     print("all good" if not problems else f"{problems} problem(s)")
     return 1 if problems else 0
+
+
+def _dashboard_line(settings: Settings) -> str:
+    """Where the dashboard is: the running gateway's address, else where `memgate run` will serve it."""
+    from bot.operator.gateway_client import find_gateway
+
+    a = settings.api
+    if not a.enabled:
+        return "the API and dashboard are off ([api] enabled = false)"
+    client = find_gateway(settings.data_path)
+    if client is not None:
+        return f"dashboard at {dashboard_url(settings, client.url)} (served by the running gateway)"
+    host = "127.0.0.1" if a.host in ("", "0.0.0.0", "::") else a.host
+    port = a.port or "PORT"
+    return f"dashboard at {dashboard_url(settings, f'http://{host}:{port}')} once `memgate run` is up" + \
+        (" (port 0: any free port, printed at start)" if not a.port else "")
 
 
 def _database_files(settings: Settings) -> list[Path]:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from bot.config import Settings
-from bot.errors import ConfigError
+from bot.errors import ConfigError, MemgateError
 from bot.logs import log_file, log_loop_exceptions, setup_logging, terminal_session
 
 log = logging.getLogger("memgate")
@@ -41,6 +41,14 @@ async def _serve(settings: Settings, channels, *, until_console_closes: bool, se
         except (NotImplementedError, RuntimeError):
             pass
     async with app:
+        api = app.extras.get("api")
+        if api is not None and api.url:
+            # What a person opens next (the headless gateway's only face): on stdout, so a terminal,
+            # `docker compose logs` and the journal all show it.
+            print(f"memgate: dashboard at {dashboard_url(settings, api.url)} (log in with a key from "
+                  "`memgate keys create --user NAME`)", flush=True)
+        elif not channels:
+            raise MemgateError("nothing to serve: no channel is running and the API could not listen (see above)")
         console = next((c for c in channels if c.name == "console"), None)
         waiters = [asyncio.create_task(stop.wait())]
         if until_console_closes and console is not None:
@@ -51,6 +59,14 @@ async def _serve(settings: Settings, channels, *, until_console_closes: bool, se
         # Answer what is already queued before the channels go away.
         await app.gateway.idle()
     return 0
+
+
+def dashboard_url(settings: Settings, listening: str) -> str:
+    """Where a browser reaches the dashboard: [api] public_url behind a proxy, else the address the
+    API published (a wildcard host, as in the container, is published as loopback)."""
+    if settings.api.public_url:
+        return settings.api.public_url + "/"
+    return listening.rstrip("/") + "/"
 
 
 def _console(settings: Settings, user: str | None):
@@ -117,9 +133,13 @@ def build_channels(settings: Settings) -> list:
                                      encoding_aes_key=settings.secret("wechat_mp_aes_key"), host=mp.host, port=mp.port,
                                      path=mp.path, api_base=mp.api_base, replay_window=mp.replay_window))
     # The terminal channel reads a terminal, or lines piped in; with nothing to read (a service's
-    # /dev/null) it is left out, so the other channels run on their own.
-    if c.console.enabled and stdin_kind() != "none":
-        chans.append(_console(settings, None))
+    # /dev/null, a container) it is left out, so the other channels and the API run on their own.
+    if c.console.enabled:
+        if stdin_kind() != "none":
+            chans.append(_console(settings, None))
+        else:
+            log.info("no terminal here (stdin is not a terminal or a pipe): the terminal channel is skipped; "
+                     "`memgate chat` attaches to this gateway from a terminal")
     return chans
 
 
@@ -127,12 +147,15 @@ def cmd_run(settings: Settings, args) -> int:
     """`memgate run`: every enabled channel, the ingest worker and the scheduler, until stopped."""
     setup_logging(settings, to_file=True)
     channels = build_channels(settings)
-    if not channels:
+    # The API (and the dashboard) is an entry point of its own: a memory server with no chat
+    # channel is a gateway too, and so is the default config under Docker or systemd.
+    if not channels and not settings.api.enabled:
         if settings.channels.console.enabled:
             raise ConfigError("the only enabled channel is the terminal (channels.console), and there is no terminal or "
                               "input to read here: run `memgate chat` in a terminal, pipe lines in, or enable Telegram "
                               "or WeChat (`memgate onboard` walks through it)")
-        raise ConfigError("no channel is enabled: enable one under [channels.*] in the config (or run `memgate onboard`)")
+        raise ConfigError("nothing to serve: no channel is enabled and [api] enabled = false: enable a channel under "
+                          "[channels.*] or the API (or run `memgate onboard`)")
     console = next((c for c in channels if c.name == "console"), None)
     if console is not None and console.interactive:
         print(f"memgate: running {', '.join(c.name for c in channels)}; talking here as {console.user}. "
@@ -140,7 +163,7 @@ def cmd_run(settings: Settings, args) -> int:
     with terminal_session(settings, console):
         if not settings.llm_configured:
             log.warning("no LLM configured: the bot answers commands only. %s", NO_LLM_TEXT.splitlines()[0])
-        log.info("starting channels: %s", ", ".join(c.name for c in channels))
+        log.info("starting channels: %s", ", ".join(c.name for c in channels) or "none (the API only)")
         # The person at the terminal leaving ends the run: a bot that went on silently after
         # Ctrl-D looked stopped and was not (run it as a service to keep it up: `memgate service`).
         return asyncio.run(_serve(settings, channels, until_console_closes=console is not None,

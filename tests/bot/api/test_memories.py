@@ -114,6 +114,9 @@ async def test_delete_is_forget(api):
     assert m["id"] not in {x["id"] for x in page["memories"]}
     assert (await api.call("DELETE", path, key))[0] == 404
     assert (await api.call("PATCH", path, key, json={"pinned": True}))[0] == 404
+    # Forgotten is gone for the API (issue 24): a 404 with the error shape, not a 200 tombstone.
+    status, err, _ = await api.call("GET", path, key)
+    assert status == 404 and err["error"]["code"] == "not_found" and "locker" not in str(err)
 
 
 async def test_unknown_job_is_404_and_jobs_are_per_space(api):
