@@ -27,13 +27,12 @@ from bot.api.context import API_KEY, ENGINE, HOST
 from bot.api.errors import ApiError
 from bot.errors import ConfigError
 from bot.mcp.door import EngineDoor, MemoryDoor
+from bot.mcp.remote import USER_HEADER  # with the gateway's admin key (`memgate mcp`), whose memory: as --user
 from bot.mcp.server import build_server
 from bot.operator.local import person_space
 
 log = logging.getLogger(__name__)
 MCP_PATH = "/mcp"
-# With the gateway's admin key (`memgate mcp` through a running gateway), whose memory: as `--user`.
-USER_HEADER = "X-Memgate-User"
 _DOOR = "memgate.door"      # the ASGI scope's key for the request's door
 
 Asgi = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]

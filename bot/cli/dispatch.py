@@ -11,6 +11,7 @@ dispatch that turns every known failure into one line and an exit code, never a 
     memgate public list|add TEXT|edit ID TEXT|forget ID   the shared notes every user's recall reads
     memgate jobs                      background jobs: last run, duration, error
     memgate keys create|list|revoke   HTTP API keys
+    memgate mcp [--user NAME]         the memory for MCP clients over stdio (Claude Code, Cursor, OpenClaw)
     memgate onboard                   guided first run: model, channels, owner; writes the config
     memgate service install|uninstall|status   memgate as a systemd service
     memgate wechat login              log the WeChat (iLink) bot in with a QR code
@@ -28,14 +29,14 @@ import argparse
 import os
 import sys
 
-from bot.cli import doctor, jobs, keys, memory, migrate, onboard, pairing, run, service, wechat
+from bot.cli import doctor, jobs, keys, mcp, memory, migrate, onboard, pairing, run, service, wechat
 from bot.config import load_settings
 from bot.errors import ConfigError, MemgateError, StoreLockedError
 from memory.private_files import restrict_umask
 
 # In the order `memgate --help` lists them.
 COMMANDS = (run.add_chat, run.add_run, memory.add_memory, migrate.add_reembed, doctor.add_doctor, migrate.add_migrate,
-            pairing.add_pairing, pairing.add_public, jobs.add_jobs, keys.add_keys, onboard.add_onboard,
+            pairing.add_pairing, pairing.add_public, jobs.add_jobs, keys.add_keys, mcp.add_mcp, onboard.add_onboard,
             service.add_service, wechat.add_wechat)
 
 

@@ -13,11 +13,12 @@ from contextlib import contextmanager
 from bot.config import Settings
 
 
-def open_app(settings: Settings):
-    """The app on the database itself (no channels, nothing started): for commands that act offline."""
+def open_app(settings: Settings, embedder=None):
+    """The app on the database itself (no channels, nothing started): for commands that act offline.
+    A loaded embedding model may be handed in (`memgate mcp` opens the database once per call)."""
     from bot.app import build_app
 
-    return build_app(settings)
+    return build_app(settings, embedder=embedder)
 
 
 @contextmanager

@@ -126,7 +126,8 @@ class EngineDoor:
         if not queued:
             raise ToolError("after cleaning, the turn holds no text to remember")
         return {"status": "accepted", "job_id": job_id,
-                "note": "the turn is kept; its facts are extracted in the background and searchable in moments"}
+                "note": "the turn is kept; its facts are extracted in the background (by the running "
+                        "gateway, or when it next starts) and are then searchable"}
 
     async def _get(self, id: str) -> dict[str, Any]:
         rows = await self.engine.get([id], [self.space])

@@ -1,0 +1,123 @@
+"""`memgate mcp`: the memory tools over stdio, for MCP clients that start their server themselves
+(Claude Code, Cursor, OpenClaw). Standard output is the protocol's; everything else goes to stderr.
+
+Whose memory: the key in MEMGATE_API_KEY (its one space and scope bound every call, exactly as at
+the gateway's /mcp), else `--user NAME` (default: the person `memgate chat` talks as).
+
+Where each call goes is decided per call: to the running gateway's /mcp when one answers (with the
+key, or the gateway's local admin token and the person's name), else to the database directly,
+opened for that call and closed after. Holding the DuckDB file between calls would keep
+`memgate run` from starting for as long as the agent stays open.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.config import Settings
+
+KEY_ENV = "MEMGATE_API_KEY"
+
+
+def default_user(settings: Settings) -> str:
+    """The person `memgate chat` talks as (bot.cli.run._console)."""
+    return settings.channels.console.user or os.environ.get("USER") or getpass.getuser() or "me"
+
+
+@dataclass
+class LocalDoor:
+    """The database itself, opened for one call at a time (the embedding model is loaded once)."""
+
+    settings: Settings
+    key: str | None
+    user: str
+    _embedder: Any = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def embedder(self):
+        from bot.app import make_embedder
+
+        with self._lock:
+            if self._embedder is None:
+                self._embedder = make_embedder(self.settings)
+            return self._embedder
+
+    async def call(self, tool: str, args: dict[str, Any]):
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        from bot.cli.reach import open_app
+        from bot.errors import StoreLockedError
+
+        embedder = await asyncio.to_thread(self.embedder)
+        try:
+            app = await asyncio.to_thread(open_app, self.settings, embedder=embedder)
+        except StoreLockedError as exc:
+            raise ToolError(f"{exc}; try again in a moment") from None
+        try:
+            return await (await self._door(app)).call(tool, args)
+        finally:
+            await asyncio.to_thread(app.store.close)
+
+    async def _door(self, app):
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        from bot.access.api_keys import Keys
+        from bot.mcp.door import EngineDoor
+        from bot.operator.local import person_space
+
+        if self.key is None:
+            return EngineDoor(app.engine, await person_space(app.access, self.user, create=True), writable=True)
+        rec = await asyncio.to_thread(Keys(app.store, clock=app.clock).verify, self.key)
+        if rec is None:
+            raise ToolError(f"{KEY_ENV} is not a live key here (unknown, revoked or expired)")
+        if rec.space_id is None:
+            raise ToolError(f"{KEY_ENV} is an admin key; give agents a space key (memgate keys create --user NAME)")
+        return EngineDoor(app.engine, rec.space_id, writable=rec.scope == "write")
+
+
+def serve(settings: Settings, key: str | None, user: str) -> None:
+    """Serve stdio until the client closes it."""
+    from bot.mcp.remote import GatewayDoor
+    from bot.mcp.server import build_server
+    from bot.operator.gateway_client import find_gateway
+
+    local = LocalDoor(settings, key, user)
+
+    async def door_for(ctx):
+        gateway = await asyncio.to_thread(find_gateway, settings.data_path)
+        if gateway is None:
+            return local
+        if key:
+            return GatewayDoor(gateway.url + "/mcp", key)
+        return GatewayDoor(gateway.url + "/mcp", gateway.token, user)
+
+    asyncio.run(build_server(door_for).run_stdio_async())
+
+
+def cmd_mcp(settings: Settings, args) -> int:
+    """`memgate mcp [--user NAME]`: stdio MCP server on this person's memory (or MEMGATE_API_KEY's space)."""
+    from bot.errors import ConfigError
+
+    key = os.environ.get(KEY_ENV, "").strip() or None
+    if key and args.user:
+        raise ConfigError(f"give either {KEY_ENV} (a key names its space) or --user, not both")
+    if key and not key.startswith("mg_"):
+        raise ConfigError(f"{KEY_ENV} is not a memgate API key (they start with mg_; memgate keys create --user NAME)")
+    serve(settings, key, args.user or default_user(settings))
+    return 0
+
+
+def add_mcp(sub: argparse._SubParsersAction) -> None:
+    """`memgate mcp [--user NAME]`."""
+    m = sub.add_parser("mcp", help="serve the memory to MCP clients over stdio (Claude Code, Cursor, OpenClaw)",
+                       description="A stdio MCP server on one person's memory: through the running gateway when "
+                                   f"there is one, else on the database. With {KEY_ENV} set, that key's space and "
+                                   "scope bound every call.")
+    m.add_argument("--user", help="whose memory (as in memgate chat --user NAME; default: the same person as chat)")
+    m.set_defaults(func=cmd_mcp)
