@@ -123,7 +123,8 @@ MCP_SEARCH = (
     "Search this person's long-term memory (facts about them, past conversation turns, task summaries) by "
     "meaning and keywords together. Use it before answering anything that may depend on their preferences, "
     "people, plans or earlier conversations. Give short keywords; try other words if nothing fits. Each result "
-    "has an id, its date and a relevance score (0-1, higher is better)."
+    "has an id, its date and a score relative to this search's best match (1.0): the best match of an unrelated "
+    "query scores 1.0 too, so judge relevance by the text."
 )
 MCP_STORE = (
     "Remember something for the long term. Give `text` for one lasting fact (a preference, a decision, a "

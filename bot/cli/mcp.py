@@ -87,6 +87,13 @@ def serve(settings: Settings, key: str | None, user: str) -> None:
     from bot.mcp.server import build_server
     from bot.operator.gateway_client import find_gateway
 
+    import logging
+
+    from bot.logs import setup_logging
+
+    # Standard output is the protocol's: records go to stderr only (the client shows them), and
+    # root has a handler before the SDK's server is built, so its logging.basicConfig does nothing.
+    setup_logging(settings, to_file=False, to_stderr=logging.WARNING)
     local = LocalDoor(settings, key, user)
 
     async def door_for(ctx):

@@ -34,15 +34,32 @@ class GatewayDoor:
         headers = {"Authorization": f"Bearer {self.key}"}
         if self.user:
             headers[USER_HEADER] = self.user
+        refused: list[int] = []   # the SDK reports an HTTP refusal without its status: kept here
+
+        async def note(response: httpx2.Response) -> None:
+            if response.status_code >= 400:
+                refused.append(response.status_code)
+
         try:
-            async with httpx2.AsyncClient(headers=headers, timeout=CALL_TIMEOUT_S) as http, \
+            async with httpx2.AsyncClient(headers=headers, timeout=CALL_TIMEOUT_S,
+                                          event_hooks={"response": [note]}) as http, \
                     streamable_http_client(self.url, http_client=http) as (read, write), \
                     ClientSession(read, write) as session:
                 await session.initialize()
                 return await session.call_tool(tool, args)
         except* (MCPError, httpx2.HTTPError, OSError) as group:
-            raise ToolError(f"the memgate gateway at {self.url} refused or failed the call ({_first(group)}); "
-                            "a revoked or expired MEMGATE_API_KEY is refused") from None
+            raise ToolError(_why(self.url, refused[0] if refused else None, _first(group))) from None
+
+
+def _why(url: str, status: int | None, error: str) -> str:
+    """One line for the calling model (and the person reading its log)."""
+    if status == 401:
+        return f"the memgate gateway at {url} refused the key (MEMGATE_API_KEY): unknown, revoked or expired"
+    if status == 403:
+        return f"the memgate gateway at {url} refused the call (HTTP 403: this key may not do that)"
+    if status == 429:
+        return f"the memgate gateway at {url} is rate-limiting this key; try again in a moment"
+    return f"the memgate gateway at {url} failed the call ({f'HTTP {status}' if status else error})"
 
 
 def _first(group: BaseExceptionGroup) -> str:
