@@ -23,6 +23,7 @@ from bot.channel import Channel, HasLocalCommands, ReportsTrouble, ShowsCommandM
 from bot.config import Settings
 from bot.delivery.inbox import INBOX_MIGRATIONS
 from bot.delivery.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
+from bot.media.setup import media_reader
 from bot.model_servers import down_hint, shown_address
 from bot.observe import Observers
 from bot.turn.agent import Agent, AgentSettings
@@ -197,6 +198,7 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                                                         turn_timeout=a.turn_timeout, extra_system=a.system_prompt,
                                                         max_message_chars=a.max_message_chars,
                                                         max_reply_chars=a.max_reply_chars,
+                                                        document_chunk_chars=settings.media.document_chunk_chars,
                                                         model_address=shown_address(settings.llm.api_base, settings.llm.model),
                                                         down_hint=down_hint(settings.llm.api_base, settings.llm.model)),
                       clock=clock, observer=observers, approvals=approvals)
@@ -206,11 +208,13 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                                                public_space=access.PUBLIC_SPACE,
                                                storage_retry=settings.delivery.storage_retry_seconds,
                                                keep_receipts_days=settings.delivery.keep_receipts_days,
-                                               takeover_every=settings.store.takeover_seconds),
+                                               takeover_every=settings.store.takeover_seconds,
+                                               media_retry=settings.media.retry_minutes * 60,
+                                               media_attempts=settings.media.max_attempts),
                       outbox_settings=OutboxSettings(retry_base=settings.delivery.retry_base_seconds,
                                                      retry_cap=settings.delivery.retry_cap_seconds,
                                                      give_up_hours=settings.delivery.give_up_hours),
-                      observer=observers)
+                      observer=observers, media=media_reader(settings, llm.settings.model) if llm is not None else None)
     # A forget reaches the replies still waiting in the outbox (memory/ does not know that table).
     engine.add_forget_hook(Outbox.scrub_forgotten)
     for ch in channels:

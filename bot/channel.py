@@ -9,7 +9,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from bot.message import Message, Reply
+from bot.message import Media, Message, Reply
 
 # The gateway's entry point: an adapter awaits it for every inbound message. It returns once the
 # message is durably in the inbox (queued, not answered; replies come back through Channel.send),
@@ -101,4 +101,18 @@ class ReportsHealth(Protocol):
     """
 
     def is_up(self) -> bool:
+        ...
+
+
+@runtime_checkable
+class FetchesMedia(Protocol):
+    """A channel that can fetch the bytes of what came with a message (a photo, a voice note, a
+    file) by the platform's reference. The gateway never sees a platform URL or token.
+
+    Raises MediaError: `too_large` when the platform says (or the download shows) it is over
+    `max_bytes`, which retrying cannot help; otherwise (timeout, network, platform refusal) a
+    later attempt may succeed.
+    """
+
+    async def fetch_media(self, media: Media, *, max_bytes: int, timeout: float) -> bytes:
         ...

@@ -70,6 +70,32 @@ class MemoryConfig(_Section):
         return self
 
 
+class SpeechConfig(_Section):
+    """Speech-to-text for voice notes (bot/media/speech.py): litellm's transcription call."""
+
+    model: str = ""                     # e.g. "openai/whisper-1"; empty = voice notes wait for one
+    api_base: str = ""                  # an OpenAI-compatible /v1 (a local whisper server), or empty for the provider's
+    language: str = ""                  # ISO-639-1 hint ("en", "zh"); empty = the server detects it
+    timeout: float = Field(60.0, gt=0, le=600)
+    max_seconds: float = Field(300.0, gt=0, le=7200)  # longer notes are refused with a clear answer
+    max_mb: float = Field(20.0, gt=0, le=100)         # bigger audio files are refused before download
+    keep_audio: bool = False            # true: the audio is kept in the data folder (media/), private to the owner
+
+
+class MediaConfig(_Section):
+    """Photos and files people send (bot/media/)."""
+
+    vision: Literal["auto", "on", "off"] = "auto"  # auto: litellm's capability lookup for [llm] model
+    max_image_mb: float = Field(5.0, gt=0, le=50)
+    max_file_mb: float = Field(10.0, gt=0, le=100)
+    fetch_timeout: float = Field(30.0, gt=0, le=600)
+    max_document_chars: int = Field(100_000, ge=1000, le=2_000_000)  # text kept of one document
+    max_pdf_pages: int = Field(100, ge=1, le=5000)
+    document_chunk_chars: int = Field(1500, ge=200, le=20_000)  # one memory row per piece of this size
+    retry_minutes: float = Field(10.0, gt=0, le=10_080)  # a failed fetch/transcription is tried again after this
+    max_attempts: int = Field(5, ge=1, le=100)           # then the person is told it was given up
+
+
 class AgentConfig(_Section):
     name: str = "memgate"
     max_tool_rounds: int = Field(4, ge=0, le=20)
@@ -204,6 +230,8 @@ class Settings(_Section):
     embedding: EmbeddingConfig = EmbeddingConfig()
     memory: MemoryConfig = MemoryConfig()
     agent: AgentConfig = AgentConfig()
+    speech: SpeechConfig = SpeechConfig()
+    media: MediaConfig = MediaConfig()
     access: AccessConfig = AccessConfig()
     channels: ChannelsConfig = ChannelsConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
@@ -251,6 +279,7 @@ class Settings(_Section):
 SECRET_ENV = {
     "llm_api_key": "MEMGATE_LLM_API_KEY",
     "embedding_api_key": "MEMGATE_EMBEDDING_API_KEY",
+    "speech_api_key": "MEMGATE_SPEECH_API_KEY",
     "telegram_token": "TELEGRAM_BOT_TOKEN",
     "wechat_mp_token": "WECHAT_MP_TOKEN",
     "wechat_mp_secret": "WECHAT_MP_APP_SECRET",

@@ -2,8 +2,8 @@
 
 from memory.errors import LLMError, MemgateError, StoreError, StoreLockedError, StoreWriteError
 
-__all__ = ["ChannelError", "ConfigError", "LLMError", "MemgateError", "StoreError", "StoreLockedError",
-           "StoreWriteError"]
+__all__ = ["ChannelError", "ConfigError", "LLMError", "MediaError", "MemgateError", "StoreError",
+           "StoreLockedError", "StoreWriteError"]
 
 
 class ConfigError(MemgateError):
@@ -23,3 +23,11 @@ class ChannelError(MemgateError):
         super().__init__(message)
         self.retry_after = retry_after
         self.permanent = permanent
+
+
+class MediaError(MemgateError):
+    """An attachment could not be fetched. `too_large`: over the cap (retrying cannot help)."""
+
+    def __init__(self, message: str, *, too_large: bool = False) -> None:
+        super().__init__(message)
+        self.too_large = too_large

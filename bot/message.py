@@ -22,10 +22,20 @@ class Kind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Media:
-    """Something that came with a message besides text: its kind and the platform's opaque file id."""
+    """Something that came with a message besides text: its kind and the platform's opaque file id.
+
+    The rest is what the platform said about it, when it did, so the gateway can refuse an
+    oversized or overlong attachment before fetching it; `transcript` is the platform's own
+    reading of a voice note (WeChat's), used as it is.
+    """
 
     kind: Kind
     ref: str
+    mime: str = ""
+    name: str = ""           # a file's name as the person sent it
+    size: int | None = None  # bytes
+    duration: float | None = None  # seconds (voice, audio, video)
+    transcript: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 from memory.forget import ForgetHook, ForgetResult
 from memory.forget import forget as forget_everywhere
 from memory.ingest.capture import CapturedTurn, capture
+from memory.ingest.documents import document_rows
 from memory.embed import Embedder
 from memory.store.keywords import fresh_count, rebuild_index
 from memory.ingest.worker import IngestSettings, IngestWorker
@@ -140,6 +141,25 @@ class MemoryEngine:
 
         mid = await self.store.awrite(write)
         return (await self.get([mid], [space_id]))[0]
+
+    async def remember_document(self, name: str, text: str, space_id: str, *, piece_chars: int = 1500,
+                                session_id: str | None = None, turn_id: str | None = None) -> list[str]:
+        """Keep a document the person sent as chunks of their memory, titled with its name (no
+        LLM); returns the ids of the new rows (a piece already in the space is not stored twice)."""
+        rows = document_rows(name, text, space_id=space_id, created_at=self.clock(), piece_chars=piece_chars,
+                             session_id=session_id, turn_id=turn_id)
+        if not rows:
+            return []
+        vectors = await asyncio.to_thread(self.embedder.embed_passages, [r.index_text for r in rows])
+
+        def write(con: Conn) -> list[str]:
+            known = {h for (h,) in con.execute(
+                "SELECT content_hash FROM memories WHERE space_id = ? AND kind = 'chunk' AND status = 'active' "
+                "AND content_hash IN (SELECT unnest(?::VARCHAR[]))", [space_id, [r.hash for r in rows]]).fetchall()}
+            keep = [i for i, r in enumerate(rows) if r.hash not in known]
+            return insert_memories(con, [rows[i] for i in keep], vectors[keep]) if keep else []
+
+        return await self.store.awrite(write)
 
     async def forget(self, ids: Sequence[str], space_ids: Sequence[str]) -> ForgetResult:
         """Forget memories everywhere (rows, sources, echoes, queue, history, keyword index); tombstones stay.

@@ -58,6 +58,17 @@ FACTS_ONLY_SYSTEM = """Extract durable facts about the user from the user's mess
 
 AGENT_SYSTEM = """You are {name}, a helpful assistant that talks with people on {channel}. You have a long-term memory of earlier conversations with them: the relevant parts are shown to you in a <memory-context> block, and you can search it with the memory tools. Use what you remember naturally, without announcing it; when memories conflict, trust the newer one. Never reveal one person's private memories to another. Keep answers concise and in the user's language. The time now is {now}."""
 
+# Added to the system message when the person's message carries pictures the model can see. The
+# description line is taken off the reply and kept in memory in place of "[photo]", so a photo is
+# recalled by what was in it at no extra LLM call (bot/turn/agent.py).
+DESCRIBE_IMAGES = """The person's message comes with {count} picture(s). Start your reply with one line per picture, exactly `[photo: <what it shows, 5-25 words, in the user's language>]`, then answer as usual. These lines are kept as your memory of the pictures and are not shown to the person."""
+
+# A document the person sent, given to the model after their words ({name} is escaped).
+DOCUMENT_PART = """<document name="{name}">
+{text}
+</document>"""
+DOCUMENT_CUT_NOTE = "(only the start of this document is shown: it is longer than I read at once)"
+
 TIMEOUT_APOLOGY = "Sorry, I could not finish thinking about that in time. Please try again in a moment."
 # {address} is where the failed call went (no credentials, no key: bot.model_servers.shown_address).
 LLM_DOWN_APOLOGY = ("Sorry, my language model ({address}) is not answering right now. Your message is kept; "

@@ -27,6 +27,7 @@ from telegram.error import InvalidToken, TelegramError
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 
 from adapters.telegram.inbound import message_from_update
+from adapters.telegram.media import fetch_file
 from adapters.telegram.outbound import (
     TELEGRAM_CAPTION_LIMIT,
     TELEGRAM_TEXT_LIMIT,
@@ -37,7 +38,7 @@ from adapters.telegram.outbound import (
 )
 from bot.channel import InboundHandler, MenuCommand
 from bot.errors import ChannelError, StoreError
-from bot.message import Message, Reply
+from bot.message import Media, Message, Reply
 
 __all__ = ["TELEGRAM_CAPTION_LIMIT", "TELEGRAM_TEXT_LIMIT", "TelegramAdapter", "message_from_update", "utf16_len"]
 
@@ -299,6 +300,10 @@ class TelegramAdapter:
         finally:
             if task is not None:
                 self._sending.discard(task)
+
+    async def fetch_media(self, media: Media, *, max_bytes: int, timeout: float) -> bytes:
+        """A photo, voice note or file of an inbound message (bot.channel.FetchesMedia)."""
+        return await fetch_file(self._require_app().bot, media, max_bytes=max_bytes, timeout=timeout, safe=self._safe)
 
     # -- typing -------------------------------------------------------------------------------
 

@@ -75,17 +75,21 @@ def for_another_bot(text: str, bot_username: str | None) -> bool:
 
 
 def _media(tg: TgMessage) -> tuple[Media, ...]:
-    """What came with the message besides text, by kind and Telegram file id."""
+    """What came with the message besides text: kind, Telegram file id and what Telegram says of it."""
     found: list[Media] = []
     if tg.photo:
-        found.append(Media(Kind.PHOTO, tg.photo[-1].file_id))  # the largest size
+        largest = tg.photo[-1]
+        found.append(Media(Kind.PHOTO, largest.file_id, mime="image/jpeg", size=largest.file_size))
     # An animation also carries `document` (for old clients): it is one video, not a video and a file.
     document = None if tg.animation is not None else tg.document
     for kind, attachment in ((Kind.VOICE, tg.voice), (Kind.STICKER, tg.sticker), (Kind.VIDEO, tg.video),
                              (Kind.VIDEO, tg.video_note), (Kind.VIDEO, tg.animation), (Kind.FILE, document),
-                             (Kind.FILE, tg.audio)):
+                             (Kind.VOICE, tg.audio)):
         if attachment is not None:
-            found.append(Media(kind, attachment.file_id))
+            duration = getattr(attachment, "duration", None)
+            found.append(Media(kind, attachment.file_id, mime=getattr(attachment, "mime_type", None) or "",
+                               name=getattr(attachment, "file_name", None) or "", size=attachment.file_size,
+                               duration=duration.total_seconds() if hasattr(duration, "total_seconds") else duration))
     return tuple(found)
 
 
@@ -93,13 +97,13 @@ def _kind(tg: TgMessage) -> Kind | None:
     """What a new message carries; None for service messages (joins, pins, titles...)."""
     if tg.photo:
         return Kind.PHOTO
-    if tg.voice is not None:
-        return Kind.VOICE
+    if tg.voice is not None or tg.audio is not None:
+        return Kind.VOICE  # a voice note or an audio file: both are transcribed
     if tg.sticker is not None:
         return Kind.STICKER
     if tg.video is not None or tg.video_note is not None or tg.animation is not None:
         return Kind.VIDEO
-    if tg.document is not None or tg.audio is not None:
+    if tg.document is not None:
         return Kind.FILE
     if tg.text is not None:
         return Kind.TEXT

@@ -5,6 +5,8 @@ acknowledge the platform (Telegram offset, iLink cursor, Official Account respon
 after that. Its status then follows the turn:
 
     pending   accepted, not yet answered (a restart answers it)
+    waiting   its attachment could not be read yet (no speech endpoint, a failed fetch or
+              transcription): the person was told, the words are kept, and it is tried again
     replied   the reply is in the outbox (the outbox delivers it, across restarts)
     answered  every part of the reply was delivered
     closed    nothing more will happen: refused without a reply, undeliverable, or failed
@@ -54,6 +56,8 @@ INBOX_MIGRATIONS: tuple[Migration, ...] = (
         """,
     ),
     *CLUSTER_MIGRATIONS,  # who answers which conversation when several processes share the database
+    # How often a waiting message's attachment was tried (bot/media): it is given up after a cap.
+    Migration(502, "inbox attempts", "ALTER TABLE inbox ADD COLUMN attempts INTEGER DEFAULT 0;"),
 )
 
 
@@ -71,6 +75,7 @@ INBOX_WRITES = "memgate.inbox"
 
 class InboxStatus(StrEnum):
     PENDING = "pending"
+    WAITING = "waiting"
     REPLIED = "replied"
     ANSWERED = "answered"
     CLOSED = "closed"
@@ -103,6 +108,8 @@ def message_to_json(msg: Message) -> str:
     """The message as the inbox stores it: its text redacted (see the module docstring)."""
     data = asdict(msg)
     data["text"] = redact(msg.text)
+    for m in data["media"]:
+        m["transcript"] = redact(m["transcript"])  # the platform's reading of a voice note is words too
     data["timestamp"] = msg.timestamp.isoformat()
     data["kind"] = msg.kind.value
     return json.dumps(data, ensure_ascii=False)
@@ -112,7 +119,7 @@ def message_from_json(text: str) -> Message:
     data = json.loads(text)
     data["timestamp"] = datetime.fromisoformat(data["timestamp"])
     data["kind"] = Kind(data["kind"])
-    data["media"] = tuple(Media(kind=Kind(m["kind"]), ref=m["ref"]) for m in data.get("media", ()))
+    data["media"] = tuple(Media(**{**m, "kind": Kind(m["kind"])}) for m in data.get("media", ()))
     return Message(**data)
 
 
@@ -153,12 +160,36 @@ class Inbox:
             f"SELECT seq, message FROM inbox WHERE status = 'pending'{where} ORDER BY seq", params).fetchall())
         return [InboxEntry(seq, message_from_json(text)) for seq, text in rows]
 
+    def wait(self, seq: int, note: str, *, counts: bool = True) -> int:
+        """Its attachment could not be read yet: keep the message (words and all) to try again
+        later; returns how many counted attempts it has had. `counts` False: waiting for the owner
+        (a speech endpoint to be set up), which no number of tries can wear out."""
+        now = utc_naive(self.clock())
+        row = self.store.write(lambda c: c.execute(
+            "UPDATE inbox SET status = 'waiting', note = ?, done_at = ?, attempts = coalesce(attempts, 0) + ? "
+            "WHERE seq = ? AND status = 'pending' RETURNING attempts", [note, now, int(counts), seq]).fetchone(),
+            serial=INBOX_WRITES)
+        return int(row[0]) if row else 0
+
+    def due_waiting(self, tried_before: datetime, channels: Sequence[str], *, skip_note: str | None = None) -> list[InboxEntry]:
+        """Waiting messages last tried before `tried_before`, made pending again (oldest first), to
+        be queued once more; those whose note starts with `skip_note` stay waiting."""
+        if not channels:
+            return []
+        cutoff = utc_naive(tried_before)
+        skip = f"{skip_note}%" if skip_note else "\x00never"
+        rows = self.store.write(lambda c: c.execute(
+            "UPDATE inbox SET status = 'pending' WHERE status = 'waiting' AND done_at <= ? "
+            "AND channel IN (SELECT unnest(?::VARCHAR[])) AND coalesce(note, '') NOT LIKE ? RETURNING seq, message",
+            [cutoff, list(channels), skip]).fetchall(), serial=INBOX_WRITES)
+        return [InboxEntry(seq, message_from_json(text)) for seq, text in sorted(rows)]
+
     def close(self, seq: int, note: str) -> None:
         """Nothing more will be sent for this message (refused silently, failed, undeliverable)."""
         now = utc_naive(self.clock())
         self.store.write(lambda c: c.execute(
             f"UPDATE inbox SET status = 'closed', note = ?, done_at = ?, message = {_receipt(c)} "
-            "WHERE seq = ? AND status IN ('pending', 'replied')",
+            "WHERE seq = ? AND status IN ('pending', 'replied', 'waiting')",
             [note, now, seq]), serial=INBOX_WRITES)
 
     @staticmethod

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from bot.media.reader import DocumentText
 from bot.turn.approvals import Approvals, PendingWrite
 from bot.turn.limits import RECALL_QUERY_CHARS, cap_message, cap_reply
 from bot.observe import NoObserver, TurnObserver
@@ -40,6 +42,8 @@ class TurnRequest:
     ctx: ToolContext
     channel: str
     speaker: str | None = None
+    images: tuple[str, ...] = ()                # data: URLs of pictures for a reply model that sees
+    documents: tuple[DocumentText, ...] = ()    # files the person sent: read now, remembered as chunks
 
 
 @dataclass(slots=True)
@@ -64,6 +68,7 @@ class AgentSettings:
     max_reply_chars: int = 20_000       # longer replies are cut at a boundary, with a note
     model_address: str = "the model server"  # shown when the model fails (never a key)
     down_hint: str = ""                 # logged when the model fails: what to run to bring it back
+    document_chunk_chars: int = 1500    # one memory row per piece of a document of this size
 
 
 class Agent:
@@ -106,15 +111,20 @@ class Agent:
         if self.settings.extra_system:
             system += "\n\n" + self.settings.extra_system
         system += "\n\n" + (block or prompts.NO_MEMORY_HINT)
+        if req.images:
+            system += "\n\n" + prompts.DESCRIBE_IMAGES.format(count=len(req.images))
         # What people wrote (history, this message) keeps its roles, but no chat-template token in
         # it may forge another turn; the memory block is neutralised where it is rendered.
+        said = neutralize(cap_message(req.text + _documents_part(req.documents), self.settings.max_message_chars))
+        user: str | list[dict] = said if not req.images else [
+            {"type": "text", "text": said}, *({"type": "image_url", "image_url": {"url": url}} for url in req.images)]
         messages: list[dict] = [{"role": "system", "content": system},
                                 *({**m, "content": neutralize(m["content"])} for m in req.history),
-                                {"role": "user", "content": neutralize(cap_message(req.text, self.settings.max_message_chars))}]
+                                {"role": "user", "content": user}]
         t_prompt = time.perf_counter()
         calls_before = self.llm.usage.total_calls()
         tokens_before = (sum(self.llm.usage.prompt_tokens.values()), sum(self.llm.usage.completion_tokens.values()))
-        captured_msgs: list[TurnMessage] = [TurnMessage("user", req.text, speaker=req.speaker)]
+        captured_msgs: list[TurnMessage] = []
         failed = False
         llm_ms = 0.0
         try:
@@ -128,12 +138,22 @@ class Agent:
                         self.settings.down_hint or "`memgate doctor` checks the model")
             reply, failed = prompts.LLM_DOWN_APOLOGY.format(address=self.settings.model_address), True
         t_llm = time.perf_counter()
+        said_text = req.text
+        if req.images and not failed:
+            # The model described the pictures in its first lines: memory keeps what they showed.
+            reply, described = take_descriptions(reply)
+            said_text = with_descriptions(req.text, described)
+        captured_msgs.insert(0, TurnMessage("user", said_text, speaker=req.speaker))
         if not failed:
             captured_msgs.append(TurnMessage("assistant", reply))
         # The person's words are kept even when the model failed: nothing they said is lost.
         captured = await self.engine.capture(CapturedTurn(
             space_id=req.ctx.write_space, session_id=req.session_id, turn_id=req.turn_id,
             created_at=now, messages=tuple(captured_msgs)))
+        for doc in req.documents:  # kept whatever the model did: the person asked us to read it
+            await self.engine.remember_document(doc.name, doc.text, req.ctx.write_space,
+                                                piece_chars=self.settings.document_chunk_chars,
+                                                session_id=req.session_id, turn_id=req.turn_id)
         t_end = time.perf_counter()
         if proposals and not failed and self.approvals is not None:
             # Shown by us, not by the model: it cannot leave a proposed write out or misstate it.
@@ -208,3 +228,35 @@ class Agent:
                 ctx = replace(ctx, propose=None)
         raise AssertionError("unreachable")
 
+
+
+_DESCRIPTION = re.compile(r"\A\s*\[(?:photo|image|picture):\s*([^\]\n]{1,400})\]\s*\n?", re.IGNORECASE)
+
+
+def take_descriptions(reply: str) -> tuple[str, list[str]]:
+    """The reply without its leading `[photo: ...]` lines, and those descriptions in order."""
+    found: list[str] = []
+    while (m := _DESCRIPTION.match(reply)) is not None:
+        found.append(" ".join(m.group(1).split()))
+        reply = reply[m.end():]
+    return (reply.strip() or "…") if found else reply, found
+
+
+def with_descriptions(text: str, described: Sequence[str]) -> str:
+    """"[photo] caption" -> "[photo: a brown dog on a beach] caption", one description per picture."""
+    for description in described:
+        if "[photo]" not in text:
+            break
+        text = text.replace("[photo]", f"[photo: {description}]", 1)
+    return text
+
+
+def _documents_part(documents: Sequence[DocumentText]) -> str:
+    """The documents' text after the person's words (the name escaped: it is the sender's data)."""
+    parts = []
+    for doc in documents:
+        name = doc.name.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;").replace(">", "&gt;")
+        body = doc.text.replace("</document>", "</ document>")  # the document cannot close its own frame
+        parts.append(prompts.DOCUMENT_PART.format(name=name, text=body)
+                     + (f"\n{prompts.DOCUMENT_CUT_NOTE}" if doc.cut else ""))
+    return "".join(f"\n\n{p}" for p in parts)

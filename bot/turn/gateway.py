@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -25,9 +26,11 @@ from bot.delivery.cluster import Cluster
 from bot.delivery.inbox import Inbox, InboxEntry, platform_key
 from bot.delivery.outbox import Outbox, OutboxSettings
 from bot.errors import ChannelError, StoreWriteError
+from bot.media.reader import Attached, MediaReader
 from bot.message import Kind, Message, Reply
 from bot.observe import NoObserver, TurnObserver, TurnOutcome
 from bot.turn.agent import Agent, TurnRequest, TurnResult
+from bot.turn.attachments import GIVEN_UP_TEXT, NO_SPEECH_NOTE, Waiting, read_attachments
 from bot.turn.commands import CommandContext, Commands
 from bot.turn.queues import ConversationQueues
 from bot.turn.sessions import Sessions
@@ -63,6 +66,9 @@ class GatewaySettings:
     # On a shared database: how often a standby checks whether a receiver died (and adopts what
     # dead processes left). A dead process's locks go at once; this is the takeover delay.
     takeover_every: float = 1.0
+    # A message whose attachment could not be read yet is tried again this often, this many times.
+    media_retry: float = 600.0
+    media_attempts: int = 5
 
 
 class Gateway:
@@ -72,8 +78,10 @@ class Gateway:
                  clock: Callable[[], datetime], settings: GatewaySettings | None = None,
                  inbox: Inbox | None = None, outbox_settings: OutboxSettings | None = None,
                  wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 observer: TurnObserver | None = None, cluster: Cluster | None = None) -> None:
+                 observer: TurnObserver | None = None, cluster: Cluster | None = None,
+                 media: MediaReader | None = None) -> None:
         self.access = access
+        self.media = media
         self.observer = observer or NoObserver()
         self.sessions = sessions
         self.agent = agent
@@ -92,6 +100,7 @@ class Gateway:
         self._told_storage_down: set[str] = set()
         self._prune_task: asyncio.Task | None = None
         self._standby_task: asyncio.Task | None = None
+        self._media_task: asyncio.Task | None = None
         self._running = False
         self._closing = False
         self.on_turn: Callable[[TurnResult], None] | None = None  # metrics hook (bench, /stats)
@@ -118,6 +127,8 @@ class Gateway:
         await self.outbox.start()
         self.queues.start()
         self._prune_task = asyncio.create_task(self._prune_receipts(), name="gateway-prune-receipts")
+        if self.media is not None:
+            self._media_task = asyncio.create_task(self._retry_media(), name="gateway-retry-media")
         if self.cluster.shared:
             self._standby_task = asyncio.create_task(self._stand_by(standing_by), name="gateway-standby")
 
@@ -162,7 +173,7 @@ class Gateway:
                 except Exception:
                     log.exception("channel %s did not stop receiving cleanly", ch.name)
         self._closing = True
-        for task in (self._prune_task, self._standby_task):
+        for task in (self._prune_task, self._standby_task, self._media_task):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -222,6 +233,49 @@ class Gateway:
                 log.warning("pruning delivery receipts failed (%s); next pass retries", exc)
             await asyncio.sleep(self.settings.prune_every)
 
+    async def _retry_media(self) -> None:
+        """Queue again what waits for its attachment: everything at the start, then what was last
+        tried `media_retry` seconds ago (a voice note waiting for a speech endpoint only once one is set)."""
+        first = True
+        while True:
+            await self.retry_waiting(everything=first)
+            first = False
+            await asyncio.sleep(self.settings.media_retry)
+
+    async def retry_waiting(self, *, everything: bool = False) -> int:
+        """Queue the waiting messages that are due again; returns how many."""
+        if self.media is None:
+            return 0
+        before = self.clock() if everything else self.clock() - timedelta(seconds=self.settings.media_retry)
+        skip = None if self.media.transcriber is not None else NO_SPEECH_NOTE
+        try:
+            entries = await asyncio.to_thread(self.inbox.due_waiting, before, sorted(self.cluster.receiving), skip_note=skip)
+        except StoreWriteError as exc:
+            log.warning("retrying waiting attachments failed (%s); next pass retries", exc)
+            return 0
+        for entry in entries:
+            self.queues.put(entry)
+        return len(entries)
+
+    async def _wait_for_media(self, entry: InboxEntry, waiting: Waiting) -> None:
+        """Keep the message to try again; tell the person once, or that it was given up."""
+        msg = entry.message
+        tries = await asyncio.to_thread(self.inbox.wait, entry.seq, waiting.note, counts=waiting.counts)
+        if waiting.counts and tries >= self.settings.media_attempts:
+            await asyncio.to_thread(self.inbox.close, entry.seq, f"given up: {waiting.note}")
+            what = next((m.kind.value.replace("voice", "voice note") for m in msg.media), "attachment")
+            line = GIVEN_UP_TEXT.format(n=tries, what=what)
+        elif tries <= 1:
+            line = waiting.line
+        else:
+            return  # told already at the first try
+        key = msg.conversation_key
+        await self.outbox.aput(key, self._reply_for(msg, line), None)
+        try:
+            await self.outbox.flush(key)
+        except StoreWriteError as exc:
+            log.warning("outbox: delivery in %s waits for the store: %s", key, exc)
+
     async def _process(self, entry: InboxEntry) -> None:
         """One accepted message: access, then command or turn; its answer goes to the outbox."""
         msg = entry.message
@@ -245,40 +299,49 @@ class Gateway:
             outcome[0] = "error"
         if out is None:
             await asyncio.to_thread(self.inbox.close, entry.seq, "nothing to answer")
+        elif isinstance(out, Waiting):
+            await self._wait_for_media(entry, out)
+            outcome[0] = "waiting"
         else:
             await self._reply(entry, out)
         self.observer.on_turn(msg.channel, outcome[0], time.perf_counter() - started)
 
     # --- one message -----------------------------------------------------------------------
-    async def _handle(self, msg: Message, allowed: Allowed, outcome: list[TurnOutcome]) -> str | Reply | None:
+    async def _handle(self, msg: Message, allowed: Allowed, outcome: list[TurnOutcome]) -> str | Reply | Waiting | None:
         """The answer to one message (None: nothing to say); an agent turn sets outcome[0]."""
-        if msg.kind is not Kind.TEXT and not msg.text.strip():
+        # Voice notes, files and (for a model that sees) photos are read for the agent (bot/media).
+        reads_media = self.media is not None and self.agent is not None and self.media.reads(msg)
+        if msg.kind is not Kind.TEXT and not msg.text.strip() and not reads_media:
             return UNSUPPORTED_TEXT.get(msg.kind, UNSUPPORTED_TEXT[Kind.OTHER])
         if msg.kind is Kind.EDITED:
             return UNSUPPORTED_TEXT[Kind.EDITED]
         text = msg.text.strip()
-        if not text:
+        if not text and not reads_media:
             return None
         ctx = ToolContext(space_ids=allowed.space_ids, write_space=allowed.write_space,
                           public_space=self.settings.public_space, may_write_public=allowed.may_write_public,
                           kept_spaces=allowed.kept_spaces, private_chat=not msg.is_group,
                           speaker=allowed.identity.key, conversation=msg.conversation_key)
-        if text.startswith("/"):
+        if text.startswith("/") and not reads_media:  # a caption or a transcript is never a command
             out = await self.commands.handle(CommandContext(msg=msg, allowed=allowed, tools=ctx, gateway=self))
             if out is not None:
                 return out
         if self.agent is None:
             return "No language model is configured, so I can only run commands. Try /help."
-        session = await self.sessions.current(msg.conversation_key, allowed.write_space)
-        history = await self.sessions.history(session, self.settings.history_tokens)
-        req = TurnRequest(text=msg.text_for_agent.strip(), turn_id=f"{msg.conversation_key}:{msg.message_id or id(msg)}:{msg.timestamp.timestamp()}",
-                          session_id=session.session_id, history=tuple(history), ctx=ctx, channel=msg.channel,
-                          speaker=msg.sender_name or None)
         channel = self.channels.get(msg.channel)
-        if channel is not None:
-            async with channel.typing(msg):
-                result = await self.agent.run(req)
-        else:
+        # Fetching and transcribing take time too: the person sees "typing" from here on.
+        async with (channel.typing(msg) if channel is not None else nullcontext()):
+            attached = Attached(text=msg.text_for_agent.strip())
+            if reads_media:
+                read = await read_attachments(self.media, msg, channel)
+                if not isinstance(read, Attached):
+                    return read
+                attached = read
+            session = await self.sessions.current(msg.conversation_key, allowed.write_space)
+            history = await self.sessions.history(session, self.settings.history_tokens)
+            req = TurnRequest(text=attached.text, turn_id=f"{msg.conversation_key}:{msg.message_id or id(msg)}:{msg.timestamp.timestamp()}",
+                              session_id=session.session_id, history=tuple(history), ctx=ctx, channel=msg.channel,
+                              speaker=msg.sender_name or None, images=attached.images, documents=attached.documents)
             result = await self.agent.run(req)
         outcome[0] = "failed" if result.failed else "answered"
         if self.on_turn is not None:

@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible HTTP server for tests.
 
 The real litellm client talks to it over 127.0.0.1: chat completions (plain and SSE stream),
-embeddings and the model list. Each chat request pops one item from a FIFO script; an empty
+embeddings, speech-to-text (/v1/audio/transcriptions, multipart as OpenAI takes it) and the
+model list. Each chat request pops one item from a FIFO script; an empty
 script falls back to the responder, then to the answer "OK".
 """
 
@@ -24,7 +25,7 @@ from typing import Any, Union
 
 from aiohttp import web
 
-__all__ = ["After", "Delay", "FakeError", "FakeLLM", "Script", "ToolCall"]
+__all__ = ["After", "Delay", "FakeError", "FakeLLM", "Script", "ToolCall", "fake_audio"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,11 @@ class FakeLLM:
         self.requests: list[dict] = []
         self.request_times: list[float] = []  # time.monotonic() of each chat request, in order
         self.embedding_requests: list[dict] = []
+        # Speech-to-text: each request's form fields and its file (name, content type, bytes).
+        self.transcription_requests: list[dict] = []
+        # What the "recogniser" hears in an audio file: by default the words between SPEECH< and >
+        # in its bytes (tests make audio files that say something); a FakeError fails the request.
+        self.hear: Callable[[bytes], str | FakeError] = _heard_speech
         self.responder = responder
         self.embed_dim = embed_dim
         self.embed_delay = 0.0  # seconds each embeddings request waits (crash tests kill mid-way)
@@ -104,6 +110,7 @@ class FakeLLM:
         app.router.add_post("/chat/completions", self._chat)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_post("/embeddings", self._embeddings)
+        app.router.add_post("/v1/audio/transcriptions", self._transcription)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/models", self._models)
         # handler_cancellation: a client that gives up (timeout tests) cancels a pending Delay
@@ -254,6 +261,27 @@ class FakeLLM:
             }
         )
 
+    async def _transcription(self, request: web.Request) -> web.Response:
+        """OpenAI's speech-to-text: a multipart form with `file` and `model` (required), then
+        optional `language`, `prompt`, `response_format`, `temperature`. Answers {"text": ...}."""
+        if not request.content_type.startswith("multipart/form-data"):
+            return _error_response(400, f"expected multipart/form-data, got {request.content_type}")
+        form: dict[str, Any] = {}
+        reader = await request.multipart()
+        async for part in reader:
+            if part.filename is not None:
+                form[part.name] = {"filename": part.filename, "content_type": part.headers.get("Content-Type", ""),
+                                   "data": bytes(await part.read())}
+            else:
+                form[part.name] = await part.text()
+        self.transcription_requests.append(form)
+        if "file" not in form or "model" not in form:
+            return _error_response(400, "file and model are required")
+        heard = self.hear(form["file"]["data"])
+        if isinstance(heard, FakeError):
+            return _error_response(heard.status, heard.message)
+        return web.json_response({"text": heard})
+
     async def _models(self, request: web.Request) -> web.Response:
         created = int(time.time())
         models = [
@@ -261,6 +289,19 @@ class FakeLLM:
             for name in (MODEL_NAME, EMBED_MODEL_NAME)
         ]
         return web.json_response({"object": "list", "data": models})
+
+
+def fake_audio(words: str) -> bytes:
+    """Bytes of an "audio file" that says `words` to the fake recogniser (an Ogg page header first)."""
+    return b"OggS\x00\x02" + b"\x00" * 20 + f"SPEECH<{words}>".encode() + b"\x00" * 64
+
+
+def _heard_speech(data: bytes) -> str:
+    start = data.find(b"SPEECH<")
+    if start < 0:
+        return ""
+    end = data.find(b">", start)
+    return data[start + 7 : end].decode("utf-8", "replace")
 
 
 def embed_vector(text: str, dim: int) -> list[float]:

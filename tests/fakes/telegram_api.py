@@ -161,6 +161,10 @@ class FakeTelegram:
         self.commands: list[dict[str, Any]] = []
         self.calls: list[str] = []
         self.rejected: list[dict[str, Any]] = []
+        # Files people sent, by file id (getFile + the download serve them), and what was fetched.
+        self.files: dict[str, bytes] = {}
+        self.file_paths: dict[str, str] = {}
+        self.downloads: list[str] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -170,6 +174,7 @@ class FakeTelegram:
             return
         app = web.Application(client_max_size=60 * 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._dispatch)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -199,7 +204,7 @@ class FakeTelegram:
 
     @property
     def base_file_url(self) -> str:
-        """The file download prefix (no file routes are served yet)."""
+        """python-telegram-bot's `base_file_url`: downloads are GET <this><token>/<file_path>."""
         if self._port is None:
             raise RuntimeError("FakeTelegram is not started")
         return f"http://127.0.0.1:{self._port}/file/bot"
@@ -229,6 +234,10 @@ class FakeTelegram:
         document: str | None = None,
         video: bool = False,
         edited: bool = False,
+        audio: bool = False,
+        file_data: bytes | None = None,
+        mime_type: str | None = None,
+        duration: int = 3,
         message_id: int | None = None,
         date: int | None = None,
         extra: dict[str, Any] | None = None,
@@ -238,7 +247,8 @@ class FakeTelegram:
         Entities for "/command" and "@username" are added like Telegram does when `entities` is
         None. `reply_to_message` is a message dict or the id of a message in the same chat
         (e.g. one the bot sent). `edited=True` sends an `edited_message` of `message_id`.
-        `document` is a file name. `extra` is merged into the message as is.
+        `document` is a file name. `file_data` is the attachment's content, served by getFile and
+        the download (its size is announced as Telegram does). `extra` is merged into the message as is.
         """
         chat_id = user_id if chat_id is None else chat_id
         now = int(self._clock()) if date is None else date
@@ -258,19 +268,26 @@ class FakeTelegram:
         msg_id = message_id if message_id is not None else next(self._message_ids)
         sent_at = original["date"] if original else now
         msg: dict[str, Any] = {"message_id": msg_id, "date": sent_at, "chat": chat, "from": user}
-        if text is not None and not (photo or voice or sticker or document or video):
+        if text is not None and not (photo or voice or sticker or document or video or audio):
             msg["text"] = text
             found = _auto_entities(text) if entities is None else entities
             if found:
                 msg["entities"] = found
         file_id = f"file-{msg_id}"
+        size = len(file_data) if file_data is not None else 50000
+        if file_data is not None:
+            self.files[file_id] = file_data
         if photo:
             msg["photo"] = [
                 {"file_id": f"{file_id}-s", "file_unique_id": f"u{msg_id}s", "width": 90, "height": 90, "file_size": 1000},
-                {"file_id": file_id, "file_unique_id": f"u{msg_id}", "width": 800, "height": 800, "file_size": 50000},
+                {"file_id": file_id, "file_unique_id": f"u{msg_id}", "width": 800, "height": 800, "file_size": size},
             ]
         if voice:
-            msg["voice"] = {"file_id": file_id, "file_unique_id": f"u{msg_id}", "duration": 3, "mime_type": "audio/ogg"}
+            msg["voice"] = {"file_id": file_id, "file_unique_id": f"u{msg_id}", "duration": duration,
+                            "mime_type": mime_type or "audio/ogg", "file_size": size}
+        if audio:
+            msg["audio"] = {"file_id": file_id, "file_unique_id": f"u{msg_id}", "duration": duration,
+                            "mime_type": mime_type or "audio/mpeg", "file_size": size, "file_name": "audio.mp3"}
         if sticker:
             msg["sticker"] = {
                 "file_id": file_id,
@@ -283,10 +300,11 @@ class FakeTelegram:
                 "emoji": "👍",
             }
         if document:
-            msg["document"] = {"file_id": file_id, "file_unique_id": f"u{msg_id}", "file_name": document}
+            msg["document"] = {"file_id": file_id, "file_unique_id": f"u{msg_id}", "file_name": document, "file_size": size,
+                               **({"mime_type": mime_type} if mime_type else {})}
         if video:
             msg["video"] = {"file_id": file_id, "file_unique_id": f"u{msg_id}", "width": 640, "height": 360, "duration": 5}
-        media_text = caption if caption is not None else (text if (photo or voice or document or video) else None)
+        media_text = caption if caption is not None else (text if (photo or voice or document or video or audio) else None)
         if media_text is not None:
             msg["caption"] = media_text
             found = _auto_entities(media_text) if entities is None else entities
@@ -444,6 +462,7 @@ class FakeTelegram:
             "editmessagetext": self._edit_message_text,
             "senddocument": self._send_document,
             "sendphoto": self._send_photo,
+            "getfile": self._get_file,
         }
 
     def _bot_user(self) -> dict[str, Any]:
@@ -611,6 +630,28 @@ class FakeTelegram:
             return doc | ({"mime_type": upload.content_type} if upload.content_type else {})
 
         return await self._send_upload(params, "sendDocument", "document", media)
+
+    async def _get_file(self, params: dict[str, Any]) -> web.Response:
+        """getFile: a File with the path the download takes; the Bot API's 20 MB limit applies."""
+        file_id = str(params.get("file_id") or "")
+        data = self.files.get(file_id)
+        if data is None:
+            return _error(400, "Bad Request: invalid file_id")
+        if len(data) > 20 * 1024 * 1024:
+            return _error(400, "Bad Request: file is too big")
+        path = self.file_paths.setdefault(file_id, f"documents/file_{len(self.file_paths)}")
+        return _ok({"file_id": file_id, "file_unique_id": f"u-{file_id}", "file_size": len(data), "file_path": path})
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        """GET /file/bot<token>/<file_path>: the bytes getFile pointed at."""
+        if request.match_info["token"] != self.token:
+            return web.Response(status=401)
+        path = request.match_info["path"]
+        file_id = next((f for f, p in self.file_paths.items() if p == path), None)
+        if file_id is None:
+            return web.Response(status=404)
+        self.downloads.append(file_id)
+        return web.Response(body=self.files[file_id], content_type="application/octet-stream")
 
     async def _send_photo(self, params: dict[str, Any]) -> web.Response:
         def media(upload: _Upload, n: int) -> list[dict[str, Any]]:

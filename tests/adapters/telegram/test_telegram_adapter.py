@@ -462,7 +462,8 @@ async def test_photo_caption_says_a_picture_came_with_it(tg: FakeTelegram, inbox
     tg.inject_message(42, document="notes.pdf", caption="my notes")
     tg.inject_message(42, "plain words")
     photo, doc, plain = await inbox.wait_for(3)
-    assert photo.media == (Media(Kind.PHOTO, raw["photo"][-1]["file_id"]),)
+    assert photo.media == (Media(Kind.PHOTO, raw["photo"][-1]["file_id"], mime="image/jpeg", size=50000),)
+    assert doc.media[0].name == "notes.pdf" and doc.media[0].size == 50000  # what a cap is checked against
     assert photo.text == "what breed is this?"
     assert photo.text_for_agent == "[photo] what breed is this?"
     assert doc.text_for_agent == "[file] my notes"

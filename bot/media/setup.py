@@ -1,0 +1,26 @@
+"""The media reader as the configuration describes it (`[speech]`, `[media]`)."""
+
+from __future__ import annotations
+
+from bot.config import Settings
+from bot.media.reader import MB, MediaReader, MediaSettings
+from bot.media.speech import LiteLLMTranscriber, SpeechSettings
+
+__all__ = ["media_reader"]
+
+
+def media_reader(settings: Settings, reply_model: str) -> MediaReader:
+    """`reply_model` is the reply LLM's litellm name (its vision is looked up when `vision = "auto"`)."""
+    sp, m = settings.speech, settings.media
+    transcriber = None
+    if sp.model:
+        model = sp.model if "/" in sp.model or not sp.api_base else f"openai/{sp.model}"  # as [llm] does
+        transcriber = LiteLLMTranscriber(SpeechSettings(model=model, api_base=sp.api_base or None,
+                                                        api_key=settings.secret("speech_api_key"),
+                                                        language=sp.language, timeout=sp.timeout))
+    return MediaReader(MediaSettings(
+        vision=m.vision, vision_model=reply_model,
+        max_image_bytes=int(m.max_image_mb * MB), max_file_bytes=int(m.max_file_mb * MB),
+        max_audio_bytes=int(sp.max_mb * MB), max_audio_seconds=sp.max_seconds, fetch_timeout=m.fetch_timeout,
+        max_document_chars=m.max_document_chars, max_pdf_pages=m.max_pdf_pages,
+        keep_audio_dir=settings.data_path / "media" / "voice" if sp.keep_audio else None), transcriber)
