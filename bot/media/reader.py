@@ -118,6 +118,8 @@ class MediaReader:
                         voice=voice)
 
     async def _transcribe(self, msg: Message, media: Media, channel: object) -> str:
+        if not media.ref:  # WeChat made no transcript and its audio is not ours to play
+            raise MediaProblem("This voice note came without a transcript I could use; please type it.")
         if self.transcriber is None:
             raise MediaProblem(NO_SPEECH_TEXT, wait=True, note=NO_SPEECH_NOTE)
         cap = self.settings.max_audio_seconds
@@ -151,8 +153,8 @@ class MediaReader:
 
     async def _fetch(self, media: Media, channel: object, cap: int) -> bytes:
         what = _WHAT.get(media.kind, "attachment")
-        if not isinstance(channel, FetchesMedia):
-            raise MediaProblem(f"I can't fetch a {what} on this channel; please send it as text.")
+        if not isinstance(channel, FetchesMedia) or not media.ref:
+            raise MediaProblem(f"I can't fetch this {what} here; please describe it in text.")
         if media.size is not None and media.size > cap:
             raise MediaProblem(_too_big(what, media.size, cap))
         try:

@@ -28,6 +28,7 @@ QR_CODE_PATH = "/ilink/bot/get_bot_qrcode"
 QR_STATUS_PATH = "/ilink/bot/get_qrcode_status"
 BOT_ENDPOINTS = ("getupdates", "sendmessage", "getconfig", "sendtyping", "msg/notifystart", "msg/notifystop")
 SESSION_ENDPOINTS = ("sendmessage", "getconfig", "sendtyping")  # answered -14 once the token expired
+CDN_PATH = "/c2c/download"  # WeChat's media CDN: GET ?encrypted_query_param=..., AES-128-ECB bytes
 BASE_TIME_MS = 1_767_258_000_000  # 2026-01-01 09:00 UTC
 MESSAGE_ID_BASE = 7_300_000_000_000_000_000  # above 2**53: ids must survive as exact integers
 _DIGITS = re.compile(r"[0-9]+")
@@ -98,6 +99,8 @@ class FakeIlink:
         self._redirect_host: str | None = None
         self._wakeup = asyncio.Event()
         self._sent_event = asyncio.Event()
+        self.cdn: dict[str, bytes] = {}        # download parameter -> the encrypted bytes served
+        self.cdn_downloads: list[str] = []
         self._runner: web.AppRunner | None = None
         self._closing = False
         self.port = 0
@@ -114,6 +117,7 @@ class FakeIlink:
         app.router.add_post(BOT_PATH + "sendtyping", self._sendtyping)
         app.router.add_post(BOT_PATH + "msg/notifystart", self._notify)
         app.router.add_post(BOT_PATH + "msg/notifystop", self._notify)
+        app.router.add_get(CDN_PATH, self._cdn_download)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -198,11 +202,46 @@ class FakeIlink:
             voice["text"] = transcript
         return self.inject(user_id, [{"type": 3, "voice_item": voice}])
 
-    def inject_image(self, user_id: str) -> dict[str, Any]:
-        return self.inject(user_id, [{"type": 2, "image_item": {"media": {"encrypt_query_param": "i"}}}])
+    def inject_image(self, user_id: str, data: bytes | None = None, *, text: str = "") -> dict[str, Any]:
+        """An image item; with `data`, its bytes are on the CDN, encrypted as WeChat does (the key
+        given as base64 of its hex, the form real clients send)."""
+        if data is None:
+            return self.inject(user_id, [{"type": 2, "image_item": {"media": {"encrypt_query_param": "i"}}}])
+        media = self._upload(data)
+        items: list[dict[str, Any]] = [{"type": 2, "image_item": {"media": media, "mid_size": len(data)}}]
+        if text:
+            items.insert(0, {"type": 1, "text_item": {"text": text}})
+        return self.inject(user_id, items)
 
-    def inject_file(self, user_id: str, name: str = "report.pdf") -> dict[str, Any]:
-        return self.inject(user_id, [{"type": 4, "file_item": {"file_name": name, "len": "1024"}}])
+    def inject_file(self, user_id: str, name: str = "report.pdf", data: bytes | None = None) -> dict[str, Any]:
+        size = len(data) if data is not None else 1024
+        item: dict[str, Any] = {"file_name": name, "len": str(size)}
+        if data is not None:
+            item["media"] = self._upload(data)
+        return self.inject(user_id, [{"type": 4, "file_item": item}])
+
+    def _upload(self, data: bytes) -> dict[str, Any]:
+        from cryptography.hazmat.primitives import padding
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+        key = os.urandom(16)
+        padder = padding.PKCS7(128).padder()
+        padded = padder.update(data) + padder.finalize()
+        encryptor = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
+        param = f"dl-{secrets.token_hex(8)}"
+        self.cdn[param] = encryptor.update(padded) + encryptor.finalize()
+        return {"encrypt_query_param": param, "aes_key": base64.b64encode(key.hex().encode()).decode(), "encrypt_type": 1}
+
+    async def _cdn_download(self, request: web.Request) -> web.StreamResponse:
+        param = request.query.get("encrypted_query_param", "")
+        if param not in self.cdn:
+            return web.Response(status=404)
+        self.cdn_downloads.append(param)
+        return web.Response(body=self.cdn[param], content_type="application/octet-stream")
+
+    @property
+    def cdn_base_url(self) -> str:
+        return f"{self.base_url}/c2c"
 
     def inject_video(self, user_id: str) -> dict[str, Any]:
         return self.inject(user_id, [{"type": 5, "video_item": {"video_size": 2048}}])
@@ -279,6 +318,8 @@ class FakeIlink:
 
     @web.middleware
     async def _count(self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+        if request.path == CDN_PATH:  # the CDN is another host in WeChat: no bot headers
+            return await handler(request)
         endpoint = request.path.removeprefix(BOT_PATH)
         self.calls[endpoint] += 1
         try:

@@ -246,6 +246,9 @@ class FakeMpApi:
         self._runner: web.AppRunner | None = None
         self.base = ""
         self._serial = itertools.count(1)
+        # Pictures followers sent, served at <base>/mmbiz/<name> (WeChat's image host, PicUrl).
+        self.pictures: dict[str, bytes] = {}
+        self.picture_fetches: list[str] = []
 
     @property
     def sent(self) -> list[SentMessage]:
@@ -281,6 +284,7 @@ class FakeMpApi:
         app = web.Application()
         app.router.add_get("/cgi-bin/token", self._token)
         app.router.add_post("/cgi-bin/message/custom/send", self._send)
+        app.router.add_get("/mmbiz/{name}", self._picture)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -292,6 +296,18 @@ class FakeMpApi:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    def picture_url(self, name: str, data: bytes) -> str:
+        """Host a follower's picture; the PicUrl an image push carries."""
+        self.pictures[name] = data
+        return f"{self.base}/mmbiz/{name}"
+
+    async def _picture(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in self.pictures:
+            return web.Response(status=404)
+        self.picture_fetches.append(name)
+        return web.Response(body=self.pictures[name], content_type="image/jpeg")
 
     async def _token(self, request: web.Request) -> web.Response:
         self._state.token_requests += 1

@@ -33,6 +33,7 @@ from adapters.trouble import TroubleHook, TroubleNotices
 from adapters.wechat.ilink import protocol as proto
 from adapters.wechat.ilink.client import TransportError, post
 from adapters.wechat.ilink.inbound import UpdatesBatch, parse_updates, to_message
+from adapters.wechat.ilink.media import CDN_BASE_URL, fetch_cdn
 from adapters.wechat.ilink.outbound import LOGIN_HINT, RETRY_AFTER_CAP_S, SEND_ATTEMPTS, Sender, split_reply, text_parts
 from adapters.wechat.ilink.state import (
     credentials_path,
@@ -45,8 +46,8 @@ from adapters.wechat.ilink.state import (
 )
 from adapters.wechat.ilink.typing_indicator import TypingIndicator
 from bot.channel import InboundHandler
-from bot.errors import ChannelError, StoreError
-from bot.message import Message, Reply
+from bot.errors import ChannelError, MediaError, StoreError
+from bot.message import Media, Message, Reply
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class WechatIlinkAdapter:
         backoff_cap: float = 30.0,
         credentials_check_interval: float = 3.0,
         typing_interval: float = 6.0,
+        cdn_base_url: str = CDN_BASE_URL,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
@@ -93,6 +95,7 @@ class WechatIlinkAdapter:
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
         self._check_interval = credentials_check_interval
+        self._cdn_base = cdn_base_url.rstrip("/")
         self._now = now
         self._sleep = sleep  # the waits between retries (tests record what Retry-After asked)
         self._creds: proto.Credentials | None = None
@@ -353,6 +356,12 @@ class WechatIlinkAdapter:
     def split(self, reply: Reply) -> list[Reply]:
         """The reply as the messages `send` delivers one at a time (the outbox retries each alone)."""
         return split_reply(reply)
+
+    async def fetch_media(self, media: Media, *, max_bytes: int, timeout: float) -> bytes:
+        """An image or file of an inbound message, from WeChat's CDN (bot.channel.FetchesMedia)."""
+        if self._http is None:
+            raise MediaError(f"{self.name}: not started")
+        return await fetch_cdn(self._http, media, cdn_base=self._cdn_base, max_bytes=max_bytes, timeout=timeout)
 
     async def send(self, reply: Reply) -> None:
         """Send a reply as plain text in parts of at most 4000 characters (outbound.py); ChannelError if not delivered."""

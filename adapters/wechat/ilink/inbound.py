@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from adapters.wechat.ilink.media import media_of
 from adapters.wechat.ilink.protocol import ApiStatus, ItemType, MessageType, as_int, as_str, parse_status, sub_object
-from bot.message import Kind, Message
+from bot.message import Kind, Media, Message
 
 __all__ = ["UpdatesBatch", "WireMessage", "parse_message", "parse_updates", "to_message"]
 
@@ -31,6 +32,7 @@ class WireMessage:
     context_token: str
     kind: Kind
     text: str
+    media: tuple[Media, ...] = ()  # images and files with their CDN descriptor, voice with its transcript
 
     @property
     def from_bot(self) -> bool:
@@ -73,7 +75,8 @@ def parse_message(raw: Any) -> WireMessage | None:
     if not sender:
         return None
     items = raw.get("item_list")
-    kind, text = _content(items if isinstance(items, list) else [])
+    items = items if isinstance(items, list) else []
+    kind, text = _content(items)
     message_id = raw.get("message_id")
     return WireMessage(
         message_id=str(message_id) if message_id not in (None, "") else "",
@@ -85,6 +88,7 @@ def parse_message(raw: Any) -> WireMessage | None:
         context_token=as_str(raw.get("context_token")),
         kind=kind,
         text=text,
+        media=media_of(items),
     )
 
 
@@ -141,4 +145,5 @@ def to_message(wire: WireMessage, channel: str, now: datetime) -> Message:
         is_group=False,
         message_id=wire.message_id or None,
         kind=wire.kind,
+        media=wire.media,
     )

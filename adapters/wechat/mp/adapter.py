@@ -30,6 +30,7 @@ from typing import Protocol
 import aiohttp
 from aiohttp import web
 
+from adapters.download import fetch_url
 from adapters.trouble import TroubleHook, TroubleNotices
 from adapters.wechat.mp.auth import CallbackAuth
 from adapters.wechat.mp.callbacks import Callback, PendingCallbacks
@@ -40,8 +41,8 @@ from adapters.wechat.mp.replay import ReplayGuard
 from adapters.wechat.mp.server import CallbackServer
 from adapters.wechat.mp.xml_codec import MAX_XML_BYTES
 from bot.channel import InboundHandler
-from bot.errors import ChannelError, ConfigError
-from bot.message import Message, Reply
+from bot.errors import ChannelError, ConfigError, MediaError
+from bot.message import Media, Message, Reply
 
 __all__ = ["TEXT_LIMIT_BYTES", "WechatMpAdapter", "WechatMpStats", "message_from_push", "split_for_wechat"]
 
@@ -236,6 +237,12 @@ class WechatMpAdapter:
         return [dataclasses.replace(reply, text=piece, reply_to=reply.reply_to if i == 0 else None,
                                     document=reply.document if i == last else None)
                 for i, piece in enumerate(pieces)]
+
+    async def fetch_media(self, media: Media, *, max_bytes: int, timeout: float) -> bytes:
+        """A follower's image, by the PicUrl WeChat pushed with it (bot.channel.FetchesMedia)."""
+        if self._session is None or not media.ref:
+            raise MediaError("wechat_mp: no image URL to fetch")
+        return await fetch_url(self._session, media.ref, max_bytes=max_bytes, timeout=timeout, what="WeChat's image host")
 
     async def send(self, reply: Reply) -> None:
         """Answer passively if a callback for this user still waits, the rest via the customer-service API."""

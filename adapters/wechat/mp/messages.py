@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from adapters.plaintext import markdown_to_plain
 from adapters.split import split_message
 from adapters.wechat.mp.xml_codec import InboundXml
-from bot.message import Kind, Message
+from bot.message import Kind, Media, Message
 
 __all__ = ["TEXT_LIMIT_BYTES", "dedup_key", "message_from_push", "split_for_wechat"]
 
@@ -26,17 +26,25 @@ _KIND_BY_TYPE = {
 def message_from_push(push: InboundXml, channel: str = "wechat_mp") -> Message | None:
     """The neutral Message for a push, or None for events that need no answer.
 
-    Voice with speech recognition becomes text; other media become their Kind with text "";
-    a subscribe event becomes Kind.OTHER with text "" so the gateway can greet the new follower.
+    Voice with speech recognition is WeChat's transcript, used as it is (text and the voice
+    Media's transcript); an image is a photo Media fetched by its PicUrl; other media become their
+    Kind with text "". A subscribe event becomes Kind.OTHER with text "" so the gateway can greet
+    the new follower.
     """
+    media: tuple[Media, ...] = ()
     if push.msg_type == "event":
         if push.event.lower() != "subscribe":
             return None
         kind, text = Kind.OTHER, ""
     elif push.msg_type == "text":
         kind, text = Kind.TEXT, push.content
-    elif push.msg_type == "voice" and push.recognition:
-        kind, text = Kind.TEXT, push.recognition
+    elif push.msg_type == "voice":
+        # No ref: the audio (AMR) is not fetched; without WeChat's recognition there is nothing to read.
+        kind, text = Kind.VOICE, push.recognition
+        media = (Media(Kind.VOICE, "", transcript=push.recognition),)
+    elif push.msg_type == "image":
+        kind, text = Kind.PHOTO, ""
+        media = (Media(Kind.PHOTO, push.pic_url if push.pic_url.startswith(("https://", "http://")) else ""),)
     else:
         kind, text = _KIND_BY_TYPE.get(push.msg_type, Kind.OTHER), ""
     return Message(
@@ -48,6 +56,7 @@ def message_from_push(push: InboundXml, channel: str = "wechat_mp") -> Message |
         is_group=False,
         message_id=dedup_key(push),
         kind=kind,
+        media=media,
     )
 
 

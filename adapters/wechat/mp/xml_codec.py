@@ -55,6 +55,8 @@ class InboundXml:
     msg_id: str = ""
     event: str = ""
     recognition: str = ""  # speech-to-text of a voice message, when the account enabled it
+    pic_url: str = ""      # an image's download URL (WeChat's own image host)
+    media_id: str = ""     # the temporary media id of an image, voice or video (3 days)
 
 
 def _root(body: bytes | str):
@@ -108,6 +110,8 @@ def parse_inbound(body: bytes | str) -> InboundXml:
         msg_id=fields.get("MsgId", "") or fields.get("MsgID", ""),
         event=fields.get("Event", ""),
         recognition=fields.get("Recognition", ""),
+        pic_url=fields.get("PicUrl", ""),
+        media_id=fields.get("MediaId", ""),
     )
 
 

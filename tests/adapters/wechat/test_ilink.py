@@ -22,7 +22,7 @@ from adapters.wechat.ilink.login import login
 from adapters.wechat.ilink.state import CONTEXT_TOKENS_FILE, CURSOR_FILE, credentials_path, load_credentials
 from adapters.wechat.ilink.adapter import WechatIlinkAdapter
 from bot.errors import ChannelError
-from bot.message import Document, Kind, Message, Reply
+from bot.message import Document, Kind, Media, Message, Reply
 from tests.fakes.ilink import FakeIlink, TypingCall, echo_load
 
 ALICE = "alice@im.wechat"
@@ -300,6 +300,11 @@ async def test_items_become_messages(fake: FakeIlink, data_dir: Path) -> None:
         (Kind.FILE, ""),
         (Kind.VIDEO, ""),
     ]
+    # WeChat's transcript is the voice note's (used as it is); an image without a download
+    # descriptor is named but has nothing to fetch.
+    assert messages[1].media == (Media(Kind.VOICE, "", duration=2.3, transcript="spoken words"),)
+    assert [m.kind for m in messages[3].media] == [Kind.PHOTO] and messages[3].media[0].ref
+    assert messages[4].media[0].name == "report.pdf" and messages[4].media[0].size == 1024
     first = messages[0]
     assert (first.channel, first.chat_id, first.sender_id, first.is_group) == ("wechat", ALICE, ALICE, False)
     assert first.message_id == str(sent["message_id"])

@@ -430,7 +430,7 @@ def test_passive_reply_xml_round_trips(content, openid):
 @pytest.mark.parametrize(
     ("msg_type", "extra", "kind", "text"),
     [
-        ("voice", "<MediaId>m</MediaId><Format>amr</Format><Recognition>明天天气</Recognition>", Kind.TEXT, "明天天气"),
+        ("voice", "<MediaId>m</MediaId><Format>amr</Format><Recognition>明天天气</Recognition>", Kind.VOICE, "明天天气"),
         ("voice", "<MediaId>m</MediaId><Format>amr</Format>", Kind.VOICE, ""),
         ("image", "<PicUrl>http://x/y.jpg</PicUrl><MediaId>m</MediaId>", Kind.PHOTO, ""),
         ("video", "<MediaId>m</MediaId>", Kind.VIDEO, ""),
