@@ -57,7 +57,7 @@ INBOX_MIGRATIONS: tuple[Migration, ...] = (
     ),
     *CLUSTER_MIGRATIONS,  # who answers which conversation when several processes share the database
     # How often a waiting message's attachment was tried (bot/media): it is given up after a cap.
-    Migration(502, "inbox attempts", "ALTER TABLE inbox ADD COLUMN attempts INTEGER DEFAULT 0;"),
+    Migration(503, "inbox attempts", "ALTER TABLE inbox ADD COLUMN attempts INTEGER DEFAULT 0;"),
 )
 
 
