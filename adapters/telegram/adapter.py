@@ -248,21 +248,29 @@ class TelegramAdapter:
                 self._on_poll_error(exc)
                 await asyncio.sleep(_poll_backoff(failures, self._retry_delay))
                 continue
-            failures = 0
+            unrecorded = None
             for update in updates:
                 try:
                     await self._on_update(update)
                 except StoreError as exc:
-                    # Not recorded: leave it unconfirmed, so Telegram hands it out again.
-                    failures += 1
-                    log.error("%s: update %s could not be recorded (%s); fetching it again", self.name,
-                              update.update_id, exc)
-                    await asyncio.sleep(_poll_backoff(failures, self._retry_delay))
-                    break
+                    # Not recorded: the offset stays before it, so Telegram hands it out again (with
+                    # what follows it; what of that is recorded now is recognised then). The rest of
+                    # the batch is still handed over, so each of its senders hears of the trouble.
+                    if unrecorded is None:
+                        unrecorded = update.update_id
+                        log.error("%s: update %s could not be recorded (%s); fetching it again", self.name,
+                                  update.update_id, exc)
+                    continue
                 except Exception:
                     # A bug on our side: fetching the update again would stall every chat behind it.
                     log.exception("%s: handling update %s failed; skipped", self.name, update.update_id)
-                self._offset = update.update_id + 1
+                if unrecorded is None:
+                    self._offset = update.update_id + 1
+            if unrecorded is None:
+                failures = 0
+            else:
+                failures += 1
+                await asyncio.sleep(_poll_backoff(failures, self._retry_delay))
 
     async def _on_update(self, update: Update) -> None:
         if self._inbound is None:

@@ -53,6 +53,10 @@ UNSUPPORTED_TEXT = {
     Kind.OTHER: "I can only read text messages for now.",
 }
 
+# How long a message the inbox could not record holds back the later ones of its conversation
+# (the platform hands it out again first; this bounds the wait if it never does).
+UNRECORDED_HOLD_SECONDS = 120.0
+
 
 @dataclass(frozen=True)
 class GatewaySettings:
@@ -98,6 +102,9 @@ class Gateway:
                              cluster=self.cluster)
         self.queues = ConversationQueues(self._process, held=self._held, retry_every=self.settings.storage_retry)
         self._told_storage_down: set[str] = set()
+        # Per conversation: the first message the inbox could not record (platform key, when), so a
+        # later one is not recorded, and answered, before it (see `inbound`).
+        self._unrecorded: dict[str, tuple[str, float]] = {}
         self._prune_task: asyncio.Task | None = None
         self._standby_task: asyncio.Task | None = None
         self._media_task: asyncio.Task | None = None
@@ -208,12 +215,29 @@ class Gateway:
             log.warning("queue full for %s; told the sender", key)
             await self._send_now(msg, OVERFLOW_TEXT.format(n=waiting))
             return
+        pkey = platform_key(msg)
+        earlier = self._unrecorded.get(key)
+        if earlier is not None and earlier[0] != pkey and time.monotonic() - earlier[1] < UNRECORDED_HOLD_SECONDS:
+            # An earlier message of this conversation could not be recorded: this one waits for it
+            # (recorded first, it would be answered first), and its sender hears why.
+            await self._tell_storage_down(msg, f"in:{msg.channel}:{pkey}")
+            raise StoreWriteError(f"an earlier message in {key} is not recorded yet")
         try:
             entry = await asyncio.to_thread(self.inbox.accept, msg)
-        except StoreWriteError as exc:
+        except Exception as exc:
+            # Whatever went wrong, the message was not recorded (no commit was confirmed): the
+            # channel must leave it unacknowledged, whatever the error's type.
             log.error("inbox: cannot record a message in %s (%s); the channel keeps it unacknowledged", key, exc)
-            await self._tell_storage_down(msg, f"in:{msg.channel}:{platform_key(msg)}")
-            raise
+            if earlier is None or earlier[0] == pkey or time.monotonic() - earlier[1] >= UNRECORDED_HOLD_SECONDS:
+                if len(self._unrecorded) > 10_000:
+                    self._unrecorded.clear()
+                self._unrecorded[key] = (pkey, time.monotonic())
+            await self._tell_storage_down(msg, f"in:{msg.channel}:{pkey}")
+            if isinstance(exc, StoreWriteError):
+                raise
+            raise StoreWriteError(f"the message could not be recorded: {type(exc).__name__}: {exc}") from exc
+        if earlier is not None and earlier[0] == pkey:
+            del self._unrecorded[key]
         if entry is None:
             log.info("inbox: %s redelivered a message already accepted in %s; not answered again", msg.channel, key)
             return

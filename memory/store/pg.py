@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 import psycopg
-from psycopg import errors as pg_errors
 from psycopg.adapt import Loader
 from psycopg.types.array import ListDumper
 from psycopg_pool import ConnectionPool
@@ -133,6 +132,19 @@ def _first_line(exc: BaseException) -> str:
     if not lines:
         return type(exc).__name__
     return (lines[-1] if lines[0].startswith("connection") else lines[0])[:300]
+
+
+# SQLSTATE classes that blame the statement itself (its syntax, its data, a constraint): the same
+# write fails again whatever the server's state, so it is a bug to report, not a write to retry.
+# Everything else (the connection, a read-only or shutting-down server, a full disk, an outcome
+# never confirmed) means only that the write did not happen: StoreWriteError, retried later.
+_STATEMENT_CLASSES = ("22", "23", "42")
+_NOT_THE_STATEMENT = ("42501",)  # insufficient_privilege: the server refuses writes to us
+
+
+def _statement_fault(exc: psycopg.Error) -> bool:
+    state = exc.sqlstate or ""
+    return state[:2] in _STATEMENT_CLASSES and state not in _NOT_THE_STATEMENT
 
 
 class PgLocks:
@@ -266,7 +278,9 @@ class PgStore:
                         return fn(con)
                     finally:
                         con.close()
-            except (pg_errors.DiskFull, pg_errors.IoError, pg_errors.AdminShutdown, psycopg.OperationalError) as exc:
+            except psycopg.Error as exc:
+                if _statement_fault(exc):
+                    raise
                 raise StoreWriteError(f"the PostgreSQL store could not be written: {_first_line(exc)}") from exc
 
     def read(self, fn: Callable[[PgConn], T]) -> T:

@@ -12,6 +12,7 @@ import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
@@ -43,9 +44,14 @@ def stored_user_texts(url: str) -> list[str]:
 
 
 def answers(tg: FakeTelegram, sent: list[dict]) -> dict[str, int]:
-    """Replies per message (the first part of a reply quotes the message it answers)."""
-    quoted = Counter((int(s["chat_id"]), (s.get("reply_parameters") or {}).get("message_id")) for s in list(tg.sent))
+    """Replies per message (the first part of a reply quotes the message it answers; a notice that
+    the store is down quotes it too, and is not an answer)."""
+    quoted = Counter((int(s["chat_id"]), (s.get("reply_parameters") or {}).get("message_id")) for s in list(tg.sent)
+                     if STORAGE_NOTICE not in s.get("text", ""))
     return {m["text"]: quoted[(m["chat"]["id"], m["message_id"])] for m in sent}
+
+
+STORAGE_NOTICE = "could not save your message"  # bot.turn.gateway.STORAGE_DOWN_TEXT
 
 
 def telegram_config(url: str, tg: FakeTelegram) -> str:
@@ -100,10 +106,60 @@ async def restart_after_kill(tmp: Path, server=None) -> Counts:
                           "tests/bot/delivery/test_cluster_pg.py::test_a_restarted_process_adopts_its_dead_predecessors_work")
 
 
+# --- A3 + A5: a database that refuses writes confirms nothing, and every sender is told ---------
+
+def read_only(server, on: bool) -> None:
+    """The whole server refuses writes (as a hot standby after a failover does), or stops refusing;
+    a reload reaches the sessions already open."""
+    with psycopg.connect(server.admin_url, autocommit=True) as c:
+        c.execute("ALTER SYSTEM SET default_transaction_read_only = on" if on else
+                  "ALTER SYSTEM RESET default_transaction_read_only")
+        c.execute("SELECT pg_reload_conf()")
+
+
+async def read_only_store(tmp: Path, server=None) -> Counts:
+    name = "pg A3+A5: the database refuses writes while 6 people write"
+    async with own_postgres(tmp, server) as (server, url), FakeLLM() as llm, FakeTelegram() as tg:
+        env = memgate_env(tmp / "a", llm.base_url, telegram_config(url, tg), TELEGRAM_BOT_TOKEN=tg.token)
+        llm.responder = responder(slow_replies=False)
+        proc = await start(env, "run")
+        told: set[int] = set()
+        try:
+            await until(lambda: tg.calls.count("getUpdates") >= 1, "polling", proc=proc)
+            read_only(server, True)
+            try:
+                sent = [tg.inject_message(300 + i, f"note {i}: my parking spot is {60 + i}", first_name=f"P{i}")
+                        for i in range(6)]
+
+                def notices() -> set[int]:
+                    return {int(s["chat_id"]) for s in list(tg.sent) if STORAGE_NOTICE in s.get("text", "")}
+                await settle(lambda: len(notices()) == len(sent), timeout=60, proc=proc)
+                told = notices()
+                acknowledged = tg.pending_updates == 0
+            finally:
+                read_only(server, False)
+            await settle(lambda: all(answers(tg, sent).values()), timeout=120, proc=proc)
+        finally:
+            await terminate(proc)
+        counts = tally(name, [m["text"] for m in sent], answers(tg, sent), stored_user_texts(url),
+                       note=f"{len(told)} of {len(sent)} senders told while read-only; "
+                            f"{'updates acknowledged while unrecorded; ' if acknowledged else ''}"
+                            "tests/reliability/test_pg_delivery.py::test_a3_*, "
+                            "tests/memory/store/test_pg_store.py::test_a_refused_write_is_a_store_write_error")
+        return counts, len(told), acknowledged
+
+
+async def read_only_row(tmp: Path, server=None) -> Counts:
+    counts, told, _ = await read_only_store(tmp, server)
+    # A sender not told counts as lost in the ledger: they heard nothing while their message waited.
+    return replace(counts, lost=counts.lost + counts.messages_in - told)
+
+
 # --- the ledger rows (a server of their own each) and the tests (one server for the module) -----
 
 ROWS = {
     "pg A1: one process SIGKILLed mid-reply and started again": restart_after_kill,
+    "pg A3+A5: the database refuses writes while 6 people write": read_only_row,
 }
 
 for _name, _fn in ROWS.items():
@@ -128,4 +184,13 @@ async def test_a1_a_restarted_process_answers_what_it_had_accepted(tmp_path: Pat
     counts = await restart_after_kill(tmp_path, own_server)
     print(counts)
     assert counts.messages_in == 4
+    assert_safe(counts)
+
+
+async def test_a3_a5_a_database_refusing_writes_confirms_nothing_and_tells_every_sender(tmp_path: Path, own_server) -> None:
+    counts, told, acknowledged = await read_only_store(tmp_path, own_server)
+    print(counts)
+    assert not acknowledged  # Telegram still holds what could not be recorded
+    assert told == 6  # every sender heard that their message waits, not only the first
+    assert counts.messages_in == 6
     assert_safe(counts)

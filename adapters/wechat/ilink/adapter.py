@@ -251,6 +251,7 @@ class WechatIlinkAdapter:
         """Hand a batch to the gateway, then save the context tokens and the cursor, in that order."""
         assert self._inbound is not None and self._creds is not None
         tokens_changed = False
+        unrecorded: StoreError | None = None
         for wire in batch.messages:
             if wire.from_bot or wire.from_user_id == self._creds.ilink_bot_id:
                 continue  # our own sends come back through getupdates
@@ -267,17 +268,21 @@ class WechatIlinkAdapter:
             message = to_message(wire, self.name, self._now())
             try:
                 await self._inbound(message)
-            except StoreError:
+            except StoreError as exc:
                 # Not recorded: keep the cursor where it is, so the server hands the batch out
-                # again (what was recorded of it is recognised then and not answered twice).
+                # again (what was recorded of it is recognised then and not answered twice). The
+                # rest of the batch is still handed over, so each of its senders hears of it.
                 self.stats["received"] -= 1
-                if tokens_changed:
-                    self._save_state_quietly(self._save_context_tokens)
-                raise
+                unrecorded = unrecorded or exc
+                continue
             except Exception:
                 log.exception("wechat: the inbound handler failed on message %s", wire.message_id)
             if wire.message_id:
                 self._remember(wire.message_id)
+        if unrecorded is not None:
+            if tokens_changed:
+                self._save_state_quietly(self._save_context_tokens)
+            raise unrecorded
         try:
             if tokens_changed:
                 self._save_context_tokens()

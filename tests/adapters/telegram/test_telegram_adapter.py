@@ -529,7 +529,9 @@ async def test_an_update_the_gateway_could_not_record_is_not_confirmed_and_comes
     await adapter.start(recording)
     tg.inject_message(42, "keep me")
     tg.inject_message(42, "and me")
-    await tg.wait_until(lambda: seen.count("keep me") == 2 and "and me" in seen)
-    # Refused once, fetched again, then recorded; the next one was not skipped either.
-    assert seen == ["keep me", "keep me", "and me"]
+    await tg.wait_until(lambda: seen.count("keep me") == 2 and seen.count("and me") == 2)
+    # Refused once, fetched again (with what followed it), then recorded. What followed was still
+    # handed over the first time, so its sender too can hear that the store is down (issue 22 A5;
+    # the gateway does not record it ahead of the refused one, and recognises it when it comes again).
+    assert seen == ["keep me", "and me", "keep me", "and me"]
     await tg.wait_until(lambda: tg.pending_updates == 0)

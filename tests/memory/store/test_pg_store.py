@@ -10,7 +10,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from memory.errors import StoreError
+from memory.errors import StoreError, StoreWriteError
 from memory.store.backend import open_store
 from memory.store.connection import Store
 from memory.store.keywords import keyword_candidates, rebuild_index
@@ -45,6 +45,22 @@ def test_a_failed_write_rolls_back_the_whole_transaction(pg_url):
         s.write(lambda c: s.meta_set(c, "a", "2"))
         s.write(lambda c: s.meta_set(c, "a", "3"))  # an upsert
         assert s.meta_get("a") == "3"
+
+
+def test_a_refused_write_is_a_store_write_error(pg_url):
+    """Issue 22 A3: a server that refuses writes (read-only, as a hot standby after a failover)
+    raises StoreWriteError, what every caller treats as "not stored, try again later", whatever
+    psycopg class the refusal has; a statement at fault (a typo) stays the bug it is."""
+    with open_store(pg_url, 384) as s:
+        def refused(con) -> None:
+            con.execute("SET TRANSACTION READ ONLY")  # what a standby's every transaction is
+            s.meta_set(con, "a", "1")
+
+        with pytest.raises(StoreWriteError, match="read-only transaction"):
+            s.write(refused)
+        assert s.meta_get("a") is None
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            s.write(lambda con: con.execute("INSERT INTO no_such_table VALUES (1)"))
 
 
 def test_the_password_comes_from_the_environment_only(postgres, monkeypatch):
