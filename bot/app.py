@@ -258,6 +258,7 @@ def _answered_by(channel: str):
 
 def _wire_api(app: App, embedder: Embedder) -> None:
     """The HTTP API (issue 11) on the gateway's loop, sharing its engine, access and store."""
+    from bot.api.attached import AttachedTerminals
     from bot.api.context import ApiHost
     from bot.api.jobs import queue_depth_and_age
     from bot.access.api_keys import Keys
@@ -276,11 +277,17 @@ def _wire_api(app: App, embedder: Embedder) -> None:
     app.extras["usage"].listener = metrics.llm_call
     app.extras["observers"].add(metrics)
     scheduler = app.extras.get("scheduler")
+    # `memgate chat` attaches through the API: its terminals are the gateway's console channel (the
+    # gateway's own terminal, if it reads one, behind them).
+    chats = AttachedTerminals(local=app.gateway.channels.get(AttachedTerminals.name))
+    app.gateway.add_channel(chats)
     host = ApiHost(access=app.access, pairing=app.pairing, tell=app.gateway.tell, skills=SkillLibrary(app.store, embedder, app.settings.data_path, clock=app.clock),
                    public_space=app.access.PUBLIC_SPACE,
-                   channels=app.gateway.channel_health,
+                   # Attached terminals come and go: /healthz lists the console only when this gateway reads one.
+                   channels=lambda: {name: up for name, up in app.gateway.channel_health().items()
+                                     if name != chats.name or chats.local is not None},
                    job_statuses=scheduler.status if scheduler is not None else list,
-                   flush_usage=app.extras["usage"].aflush)
+                   flush_usage=app.extras["usage"].aflush, chats=chats, bot_name=app.settings.agent.name)
     web_app = create_app(app.engine, keys, host, metrics, settings=server, clock=app.clock)
     app.extras["metrics"] = metrics
     app.extras["api"] = ApiServer(web_app, keys, app.settings.data_path, server)

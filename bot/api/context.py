@@ -12,6 +12,7 @@ from aiohttp import web
 from bot.access.policy import Access
 from bot.access.pairing import Pairing
 from bot.access.api_keys import ApiKey, Keys
+from bot.api.attached import AttachedTerminals
 from bot.api.metrics import Metrics
 from bot.api.ratelimit import RateLimiter
 from bot.api.sessions import Sessions
@@ -43,6 +44,9 @@ class ApiHost:
     flush_usage: Callable[[], Awaitable[int]] | None = None  # so /usage sees the latest LLM calls
     # The gateway's outbound path for a chat other than the one answered (channel, chat, recipient, text).
     tell: Callable[[str, str, str, str], Awaitable[None]] | None = None
+    # Terminals attached over the API (`memgate chat` while the gateway runs): the gateway's console channel.
+    chats: AttachedTerminals | None = None
+    bot_name: str = "memgate"                         # how replies are signed in an attached terminal
 
 
 HOST = web.AppKey("host", ApiHost)

@@ -140,6 +140,22 @@ async def add_public(request: web.Request) -> web.Response:
     return web.json_response(memory_json(m), status=201)
 
 
+@routes.patch("/api/v1/admin/public/memories/{id}")
+async def edit_public(request: web.Request) -> web.Response:
+    """{"text": "..."} -> the public fact replaced by a new one (the old archived, as `memgate public edit`)."""
+    body = await body_json(request)
+    if set(body) != {"text"}:
+        raise ApiError(400, "bad_request", "send the new text")
+    text = text_field(body["text"], "text")
+    engine, public, memory_id = request.app[ENGINE], request.app[HOST].public_space, request.match_info["id"]
+    rec = await engine.edit(memory_id, text, [public])
+    if rec is None:
+        raise ApiError(404, "not_found", f"no active memory {memory_id} in the public space")
+    audit.info("public memory %s edited through the admin API (now %s)", memory_id, rec.id)
+    m = (await engine.store.aread(lambda c: get_views(c, public, [rec.id])))[0]
+    return web.json_response(memory_json(m))
+
+
 @routes.delete("/api/v1/admin/public/memories/{id}")
 async def delete_public(request: web.Request) -> web.Response:
     engine, public, memory_id = request.app[ENGINE], request.app[HOST].public_space, request.match_info["id"]

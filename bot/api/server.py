@@ -19,8 +19,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from bot.api import (routes_admin, routes_dashboard, routes_data, routes_memories, routes_operator, routes_ops,
-                     routes_session)
+from bot.api import (routes_admin, routes_chat, routes_dashboard, routes_data, routes_memories, routes_operator,
+                     routes_ops, routes_session)
 from bot.api.auth import auth_middleware
 from bot.api.context import (CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, LOCAL_TOKEN, LOGINS, METRICS,
                              SESSIONS, ApiHost, LocalToken)
@@ -85,7 +85,7 @@ def create_app(engine: MemoryEngine, keys: Keys, host: ApiHost, metrics: Metrics
     app[INSIGHT_CACHE] = {}
     app.on_cleanup.append(_finish_imports)
     for module in (routes_ops, routes_session, routes_memories, routes_data, routes_admin, routes_operator,
-                   routes_dashboard):
+                   routes_chat, routes_dashboard):
         app.add_routes(module.routes)
     mcp = McpEndpoint()
     app.cleanup_ctx.append(mcp.lifespan)

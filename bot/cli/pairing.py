@@ -5,11 +5,11 @@ over who talks to the bot and what everyone's memory shares."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 
-from bot.cli.reach import open_app, open_operator
+from bot.cli.reach import open_operator
 from bot.config import Settings
 from bot.errors import MemgateError
+from bot.operator.protocol import PUBLIC_SPACE
 
 
 def cmd_pairing(settings: Settings, args) -> int:
@@ -38,40 +38,34 @@ def check_pairing(args) -> str | None:
 
 
 def cmd_public(settings: Settings, args) -> int:
-    """The public space, for the server's admin (the running gateway holds the database: stop it first)."""
+    """The public space, for the server's admin: through the running gateway when there is one."""
     if args.action == "add" and args.id:
         args.words, args.id = [args.id, *args.words], None   # `add` takes text only
-    app = open_app(settings)
-    public = app.access.PUBLIC_SPACE
     words = " ".join(args.words).strip()
-    try:
+    if args.action == "add" and not words:
+        raise MemgateError("memgate public add needs the TEXT to share")
+    if args.action in ("edit", "forget") and not args.id:
+        raise MemgateError(f"memgate public {args.action} needs a memory ID (see memgate public list)")
+    if args.action == "edit" and not words:
+        raise MemgateError("memgate public edit needs the ID and the new TEXT")
+    with open_operator(settings) as op:
         if args.action == "list":
-            rows = asyncio.run(app.engine.list([public], kinds=("fact", "chunk"), limit=args.limit))
+            rows = op.list(PUBLIC_SPACE, ("fact", "chunk"), args.limit)
             for r in rows:
                 print(f"[{r.id}] ({r.kind}, {r.created_at:%Y-%m-%d}) {r.text[:200]}")
             if not rows:
                 print("no public memories")
         elif args.action == "add":
-            if not words:
-                raise MemgateError("memgate public add needs the TEXT to share")
-            rec = asyncio.run(app.engine.remember(words, public, source="public"))
-            print(f"shared [{rec.id}]")
+            print(f"shared [{op.public_add(words)}]")
+        elif args.action == "edit":
+            new = op.public_edit(args.id, words)
+            if new is None:
+                raise MemgateError(f"[{args.id}] is not a public memory (see memgate public list)")
+            print(f"edited [{args.id}] -> [{new}]")
         else:
-            if not args.id:
-                raise MemgateError(f"memgate public {args.action} needs a memory ID (see memgate public list)")
-            if args.action == "edit":
-                if not words:
-                    raise MemgateError("memgate public edit needs the ID and the new TEXT")
-                rec = asyncio.run(app.engine.edit(args.id, words, [public]))
-                if rec is None:
-                    raise MemgateError(f"[{args.id}] is not a public memory (see memgate public list)")
-                print(f"edited [{args.id}] -> [{rec.id}]")
-            else:
-                if not asyncio.run(app.engine.forget([args.id], [public])).forgotten:
-                    raise MemgateError(f"[{args.id}] is not a public memory (see memgate public list)")
-                print(f"forgot [{args.id}]")
-    finally:
-        app.store.close()
+            if not op.public_forget(args.id):
+                raise MemgateError(f"[{args.id}] is not a public memory (see memgate public list)")
+            print(f"forgot [{args.id}]")
     return 0
 
 

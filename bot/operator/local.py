@@ -179,3 +179,13 @@ class LocalOperator:
         if self.make_embedder is None:
             raise ConfigError("no embedding model to re-embed with")
         return reembed_all(self.engine, self.make_embedder(), progress)
+
+    def public_add(self, text: str) -> str:
+        return asyncio.run(self.engine.remember(text, self.access.PUBLIC_SPACE, source="public")).id
+
+    def public_edit(self, memory_id: str, text: str) -> str | None:
+        rec = asyncio.run(self.engine.edit(memory_id, text, [self.access.PUBLIC_SPACE]))
+        return rec.id if rec is not None else None
+
+    def public_forget(self, memory_id: str) -> bool:
+        return bool(asyncio.run(self.engine.forget([memory_id], [self.access.PUBLIC_SPACE])).forgotten)

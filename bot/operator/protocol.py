@@ -61,6 +61,9 @@ class ImportSummary:
     bad: tuple[tuple[int, str], ...] = field(default_factory=tuple)
 
 
+# bot.access.identities.PUBLIC_SPACE, named again here: that module loads the database library,
+# and this one is what the command line loads to talk to a running gateway.
+PUBLIC_SPACE = "public"
 Progress = Callable[[int], None]
 OnBad = Callable[[int, str], None]
 
@@ -81,6 +84,10 @@ class Operator(Protocol):
                      progress: Progress | None = None, on_bad: OnBad | None = None) -> ImportSummary: ...
     def reembed(self, progress: Progress | None = None) -> tuple[int, str]: ...
     def now(self) -> datetime: ...
+    # The public space (`memgate public`): what every user's recall may read.
+    def public_add(self, text: str) -> str: ...                          # the new memory's id
+    def public_edit(self, memory_id: str, text: str) -> str | None: ...  # the new id; None: not a public memory
+    def public_forget(self, memory_id: str) -> bool: ...                 # False: not a public memory
 
 
 # --- the wire format ------------------------------------------------------------------------

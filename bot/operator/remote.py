@@ -112,6 +112,26 @@ class RemoteOperator:
             progress(result["count"])
         return result["count"], result["model"]
 
+    def public_add(self, text: str) -> str:
+        return self.client.call("POST", "/api/v1/admin/public/memories", {"content": text})["id"]
+
+    def public_edit(self, memory_id: str, text: str) -> str | None:
+        try:
+            return self.client.call("PATCH", f"/api/v1/admin/public/memories/{_seg(memory_id)}", {"text": text})["id"]
+        except GatewayCallError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def public_forget(self, memory_id: str) -> bool:
+        try:
+            self.client.call("DELETE", f"/api/v1/admin/public/memories/{_seg(memory_id)}")
+        except GatewayCallError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     def _wait(self, job_id: str) -> dict:
         """Poll an admin job until it is done; its result, or its error as a MemgateError."""
         while True:

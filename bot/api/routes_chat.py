@@ -1,0 +1,107 @@
+"""Chat through the running gateway (issue 24): the routes `memgate chat` uses when it attaches to
+a gateway instead of opening the database (bot.operator.chat_client is the other end).
+
+    GET  /api/v1/admin/chat/events?user=NAME   NDJSON, one event a line, while the client listens:
+         {"type": "attached", "chat", "bot_name"} first, then {"type": "typing", "on", "message_id"},
+         {"type": "reply", "text", "reply_to", "document"?}, {"type": "ping"} every PING_S, and
+         {"type": "closing"} when the gateway stops.
+    POST /api/v1/admin/chat/messages  {"user", "text", "message_id"} -> 202 once the line is in
+         the gateway's inbox (durable), 503 when the store cannot record it (the client keeps the
+         line and sends it again, as the in-process terminal does).
+
+Admin scope: the local admin token (api.token, readable only by the account that runs the
+gateway) speaks as any terminal user, exactly as whoever can open the data folder can run
+`memgate chat --user NAME` without a gateway. The line is a console message of `NAME` in the
+conversation `NAME@attached`, so the turn takes the gateway's normal path (inbox, queue, access,
+agent, capture) and the person's memory space is the same as in the in-process chat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import unicodedata
+from datetime import datetime
+
+from aiohttp import web
+
+from bot.api.attached import AttachedTerminals, attached_chat
+from bot.api.context import CLOCK, HOST
+from bot.api.errors import ApiError
+from bot.api.params import body_json
+from bot.errors import ChannelError, StoreError
+from bot.message import Message
+
+routes = web.RouteTableDef()
+PING_S = 15.0          # an idle stream still says it is alive (and finds a client that left)
+MAX_USER = 64
+MAX_LINE = 20_000      # the agent cuts longer messages itself; this only bounds the request
+MAX_MESSAGE_ID = 64
+
+
+def _user(value: object) -> str:
+    """A terminal user's name: what `memgate chat --user NAME` accepts, without control characters."""
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_USER:
+        raise ApiError(400, "bad_request", f"user must be a name of 1 to {MAX_USER} characters")
+    if any(unicodedata.category(ch)[0] == "C" for ch in value) or value != value.strip():
+        raise ApiError(400, "bad_request", "user must not hold control characters or surrounding spaces")
+    return value
+
+
+def _terminals(request: web.Request) -> AttachedTerminals:
+    chats = request.app[HOST].chats
+    if chats is None:
+        raise ApiError(404, "not_found", "this server does not take chat (it serves the API only)")
+    return chats
+
+
+@routes.get("/api/v1/admin/chat/events")
+async def events(request: web.Request) -> web.StreamResponse:
+    chats, user = _terminals(request), _user(request.query.get("user"))
+    chat = attached_chat(user)
+    resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson; charset=utf-8"})
+    await resp.prepare(request)
+
+    async def write(event: dict) -> None:
+        await resp.write((json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8"))
+
+    async with chats.listen(chat) as listener:
+        await write({"type": "attached", "chat": chat, "bot_name": request.app[HOST].bot_name})
+        while True:
+            try:
+                event = await asyncio.wait_for(listener.events.get(), PING_S)
+            except TimeoutError:
+                event = {"type": "ping"}
+            if event is None:
+                break
+            try:
+                await write(event)
+            except (ConnectionError, RuntimeError):
+                break  # the client left; what it missed was answered and captured all the same
+    try:
+        await resp.write_eof()
+    except (ConnectionError, RuntimeError):
+        pass
+    return resp
+
+
+@routes.post("/api/v1/admin/chat/messages")
+async def message(request: web.Request) -> web.Response:
+    chats, body = _terminals(request), await body_json(request)
+    user, text, message_id = _user(body.get("user")), body.get("text"), body.get("message_id")
+    if not isinstance(text, str) or not text.strip():
+        raise ApiError(400, "bad_request", "text must be a non-empty string")
+    if len(text) > MAX_LINE:
+        raise ApiError(413, "too_large", f"text is longer than {MAX_LINE} characters")
+    if not isinstance(message_id, str) or not 0 < len(message_id) <= MAX_MESSAGE_ID:
+        raise ApiError(400, "bad_request", f"message_id must be a string of 1 to {MAX_MESSAGE_ID} characters "
+                       "(the same id sent again is the same message, answered once)")
+    now: datetime = request.app[CLOCK]()
+    msg = Message(channel=chats.name, chat_id=attached_chat(user), sender_id=user, sender_name=user, text=text,
+                  timestamp=now, message_id=message_id)
+    try:
+        await chats.hand_in(msg)
+    except (StoreError, ChannelError) as exc:
+        raise ApiError(503, "unavailable", f"the gateway could not record the message ({exc}); send it again",
+                       {"Retry-After": "1"}) from None
+    return web.json_response({"accepted": message_id, "chat": msg.chat_id}, status=202)
