@@ -280,6 +280,9 @@ def _wire_api(app: App, embedder: Embedder) -> None:
     # `memgate chat` attaches through the API: its terminals are the gateway's console channel (the
     # gateway's own terminal, if it reads one, behind them).
     chats = AttachedTerminals(local=app.gateway.channels.get(AttachedTerminals.name))
+    if chats.local is None:  # the terminal's own commands (/quit) are in /help for attached terminals too
+        for name, help_text in chats.local_commands():
+            app.commands.register(name, _answered_by(chats.name), help_text)
     app.gateway.add_channel(chats)
     host = ApiHost(access=app.access, pairing=app.pairing, tell=app.gateway.tell, skills=SkillLibrary(app.store, embedder, app.settings.data_path, clock=app.clock),
                    public_space=app.access.PUBLIC_SPACE,

@@ -1,0 +1,58 @@
+"""The chat routes attached terminals use (issue 24 item 2), on a real App with its API: admin keys
+only, each terminal user's replies on their own stream and nobody else's, the line taken through
+the gateway's inbox as the console person `NAME` (the memory space of `memgate chat --user NAME`),
+bad input a 400. (The terminal itself: tests/bot/cli/test_chat_attach.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from tests.bot.api.conftest import serve
+
+EVENTS, MESSAGES = "/api/v1/admin/chat/events", "/api/v1/admin/chat/messages"
+
+
+async def _next(stream) -> dict:
+    while True:
+        event = json.loads(await asyncio.wait_for(stream.content.readline(), 60))
+        if event["type"] != "ping":
+            return event
+
+
+async def test_each_attached_terminal_gets_its_own_replies_through_the_gateway(tmp_path, embedder):
+    async with serve(tmp_path, embedder) as api:
+        admin, space_key = api.key(scope="admin"), api.key("u_ann", scope="write")
+        auth = {"Authorization": f"Bearer {admin}"}
+        # A space key (anyone's phone app) cannot speak as a terminal user.
+        for method, path in (("GET", EVENTS + "?user=ann"), ("POST", MESSAGES)):
+            status, err, _ = await api.call(method, path, space_key, json={"user": "ann", "text": "hi", "message_id": "x"})
+            assert status == 403 and err["error"]["code"] == "forbidden"
+        bad = [{"user": "", "text": "hi", "message_id": "1"}, {"user": "ann\x1b[2J", "text": "hi", "message_id": "1"},
+               {"user": "ann", "text": " ", "message_id": "1"}, {"user": "ann", "text": "hi"}]
+        for body in bad:
+            assert (await api.call("POST", MESSAGES, admin, json=body))[0] == 400, body
+
+        async with api.http.get(EVENTS, params={"user": "ann"}, headers=auth) as ann, \
+                api.http.get(EVENTS, params={"user": "bob"}, headers=auth) as bob:
+            assert ann.status == 200 and bob.status == 200
+            assert (await _next(ann))["chat"] == "ann@attached" and (await _next(bob))["chat"] == "bob@attached"
+            status, body, _ = await api.call("POST", MESSAGES, admin, json={"user": "ann", "text": "/help", "message_id": "a1"})
+            assert status == 202 and body == {"accepted": "a1", "chat": "ann@attached"}
+            status, _, _ = await api.call("POST", MESSAGES, admin, json={"user": "bob", "text": "/help", "message_id": "b1"})
+            assert status == 202
+            ann_reply, bob_reply = await _next(ann), await _next(bob)
+            # Each stream carries its own person's answer only (a /command: no LLM in this App).
+            assert ann_reply["type"] == "reply" and ann_reply["reply_to"] == "a1" and "/quit" in ann_reply["text"]
+            assert bob_reply["type"] == "reply" and bob_reply["reply_to"] == "b1"
+        # The line was the console person's, in a conversation of its own, through the inbox.
+        ann_id = await api.app.access.identity("console", "ann")
+        bob_id = await api.app.access.identity("console", "bob")
+        assert ann_id is not None and bob_id is not None and ann_id.space_id != bob_id.space_id
+        rows = api.app.store.read(lambda c: c.execute(
+            "SELECT conversation_key, status FROM inbox ORDER BY seq").fetchall())
+        assert [r[0] for r in rows] == ["console:ann@attached", "console:bob@attached"]
+        # Nobody listening: the route still takes the line (durable), the reply has nowhere to go.
+        status, _, _ = await api.call("POST", MESSAGES, admin, json={"user": "ann", "text": "/help", "message_id": "a2"})
+        assert status == 202
+        await api.app.gateway.idle()
