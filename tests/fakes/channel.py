@@ -1,5 +1,6 @@
 """A channel fake for gateway tests: tests push messages in as a given person and read what
-the bot sent, like nonebot's fake adapter. It implements the real Channel protocol."""
+the bot sent, like nonebot's fake adapter. It implements the real Channel protocol, and fetches
+attachments (FetchesMedia) from `files`, by ref."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 from bot.channel import InboundHandler
-from bot.message import Kind, Message, Reply
+from bot.errors import MediaError
+from bot.message import Kind, Media, Message, Reply
 
 
 class RecordingChannel:
@@ -22,6 +24,7 @@ class RecordingChannel:
         self._changed = asyncio.Condition()
         self.typing_now = 0
         self.typing_max = 0
+        self.files: dict[str, bytes] = {}  # what people attached, by Media.ref
 
     async def start(self, inbound: InboundHandler) -> None:
         self._inbound = inbound
@@ -34,6 +37,14 @@ class RecordingChannel:
             self.sent.append(reply)
             self._changed.notify_all()
 
+    async def fetch_media(self, media: Media, *, max_bytes: int, timeout: float) -> bytes:
+        if media.ref not in self.files:
+            raise MediaError(f"no file {media.ref!r}")
+        data = self.files[media.ref]
+        if len(data) > max_bytes:
+            raise MediaError(f"{len(data)} bytes", too_large=True)
+        return data
+
     @asynccontextmanager
     async def typing(self, message: Message) -> AsyncIterator[None]:
         self.typing_now += 1
@@ -45,10 +56,10 @@ class RecordingChannel:
 
     async def say(self, user: str, text: str, *, chat: str | None = None, is_group: bool = False,
                   mentions_bot: bool = False, kind: Kind = Kind.TEXT, when: datetime | None = None,
-                  name: str | None = None) -> Message:
+                  name: str | None = None, media: tuple[Media, ...] = ()) -> Message:
         msg = Message(channel=self.name, chat_id=chat or user, sender_id=user, sender_name=name or user, text=text,
                       timestamp=when or datetime.now(UTC), is_group=is_group, mentions_bot=mentions_bot,
-                      message_id=str(next(self._ids)), kind=kind)
+                      message_id=str(next(self._ids)), kind=kind, media=media)
         assert self._inbound is not None, "channel not started"
         await self._inbound(msg)
         return msg

@@ -3,7 +3,8 @@ gateway (RecordingChannels for Telegram and WeChat, real access, commands, agent
 the fake LLM server, DuckDB and the local embedder), and the count of what leaked.
 
 Every person stores a marker in their own space, every group one in its space, and every public
-write carries one. `lost` counts messages left unanswered and markers their owner is never shown. The world keeps its own model of who may read which space (a person: their
+write carries one; every person also sends a text file and a voice note (transcribed by the fake
+speech server) that carry markers of their own (issue 25: media stay in their space too). `lost` counts messages left unanswered and markers their owner is never shown. The world keeps its own model of who may read which space (a person: their
 space, the spaces they kept when they joined another by /link, and public; a group: its space
 and public) and then looks at everything each person or group is shown: the system prompts and
 every other message the agent sent to the LLM (tool results included), command answers and
@@ -23,7 +24,8 @@ from bot.config import load_settings
 from memory.embed import Embedder, LocalE5Embedder
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.clock import FakeClock
-from tests.fakes.llm_server import FakeLLM, ToolCall
+from bot.message import Kind, Media
+from tests.fakes.llm_server import FakeLLM, ToolCall, fake_audio
 from tests.reliability.harness import Counts
 
 CHANNELS = ("telegram", "wechat")
@@ -53,6 +55,14 @@ def group_marker(g: int) -> str:
 
 def public_marker(i: int) -> str:
     return f"PB{i:02d}NJ"
+
+
+def file_marker(i: int) -> str:
+    return f"FD{i:02d}MX"
+
+
+def voice_marker(i: int) -> str:
+    return f"VN{i:02d}TZ"
 
 
 @dataclass
@@ -105,13 +115,15 @@ class World:
         ch, pid = self.plan.people[i]
         return self.channels[CHANNELS[ch]], pid
 
-    async def say(self, i: int, text: str, *, group: int | None = None) -> tuple[list, list[dict]]:
-        """Person i says `text` (in a DM, or in group `group`); what came back to that chat and
-        the LLM requests the turn made."""
+    async def say(self, i: int, text: str, *, group: int | None = None, media: tuple[Media, ...] = (),
+                  kind: Kind = Kind.TEXT) -> tuple[list, list[dict]]:
+        """Person i says `text` (in a DM, or in group `group`), with `media` attached; what came
+        back to that chat and the LLM requests the turn made."""
         channel, pid = self.who(i)
         chat = f"-10{group}" if group is not None else pid
         sent_before, asked_before = len(channel.sent), len(self.llm.requests)
-        msg = await channel.say(pid, text, chat=chat, is_group=group is not None, mentions_bot=group is not None)
+        msg = await channel.say(pid, text, chat=chat, is_group=group is not None, mentions_bot=group is not None,
+                                media=media, kind=kind)
         await self.app.gateway.idle()
         self.messages_in += 1
         replies = [r for r in channel.sent[sent_before:] if r.chat_id == chat]
@@ -148,7 +160,8 @@ async def run_world(tmp: Path, plan: Plan, *, embedder: Embedder | None = None, 
                "MEMGATE_LLM_API_BASE": llm.base_url, "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0",
                "MEMGATE_LLM_API_KEY": "sk-test", "MEMGATE_LLM_MEMORY_LLM": "false",
                "MEMGATE_ACCESS_OWNERS": f"{CHANNELS[owner_ch]}:{owner_id}", "MEMGATE_ACCESS_DM_POLICY": "open",
-               "MEMGATE_ACCESS_GROUP_POLICY": "open", "MEMGATE_ACCESS_PUBLIC_WRITERS": public_writers}
+               "MEMGATE_ACCESS_GROUP_POLICY": "open", "MEMGATE_ACCESS_PUBLIC_WRITERS": public_writers,
+               "MEMGATE_SPEECH_MODEL": "whisper-1", "MEMGATE_SPEECH_API_BASE": llm.base_url}
         channels = {name: RecordingChannel(name) for name in CHANNELS}
         app = build_app(load_settings(None, env=env), channels=list(channels.values()), clock=FakeClock().now,
                         embedder=embedder or LocalE5Embedder())
@@ -173,6 +186,15 @@ async def _drive(w: World, world_ids: list[str], public_writers: str) -> Counts:
 
     for i in range(len(plan.people)):
         await remember(i, person_marker(i, 0), m.main[i])
+    async def send_media(i: int) -> None:
+        """A text file and a voice note, each saying a marker of person i's."""
+        channel, _ = w.who(i)
+        channel.files[f"file-{i}"] = f"my secret word is {file_marker(i)}".encode()
+        channel.files[f"voice-{i}"] = fake_audio(f"my secret word is {voice_marker(i)}")
+        await w.say(i, "", kind=Kind.FILE, media=(Media(Kind.FILE, f"file-{i}", name=f"notes{i}.txt", mime="text/plain"),))
+        await w.say(i, "", kind=Kind.VOICE, media=(Media(Kind.VOICE, f"voice-{i}", mime="audio/ogg", duration=2.0),))
+        m.where[file_marker(i)] = m.where[voice_marker(i)] = m.main[i]
+
     proposals_to_the_unallowed = 0
     for i in plan.public_writes:
         # A write to public is proposed and waits for the writer's own /confirm (bot.approvals); it
@@ -195,6 +217,8 @@ async def _drive(w: World, world_ids: list[str], public_writers: str) -> Counts:
             m.link(issuer, claimant)
     for i in range(len(plan.people)):
         await remember(i, person_marker(i, 1), m.main[i])
+        await send_media(i)
+    await w.app.engine.worker.drain()  # the voice notes' turns are in memory before anyone looks
     seen_groups: set[int] = set()
     for g, speaker in plan.groups:
         if g not in seen_groups:
@@ -213,7 +237,7 @@ async def _drive(w: World, world_ids: list[str], public_writers: str) -> Counts:
                 notes.append(f"{marker} ({space}) -> person {i}")
         # The other half of the guarantee (and the proof the detector sees markers at all): a
         # person's own words come back to them.
-        for own in (person_marker(i, 0), person_marker(i, 1)):
+        for own in (person_marker(i, 0), person_marker(i, 1), file_marker(i), voice_marker(i)):
             if own not in text:
                 unseen += 1
                 notes.append(f"{own} not shown to its owner {i}")

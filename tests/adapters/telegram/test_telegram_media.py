@@ -105,17 +105,31 @@ async def test_without_a_speech_endpoint_the_note_waits_and_is_answered_once_one
             assert app.gateway.inbox.counts() == {"answered": 1}
 
 
-async def test_a_failed_transcription_is_one_line_and_the_note_is_tried_again(running, fake_llm):
-    fake_llm.hear = lambda audio: FakeError(503, "whisper is loading")
-    async with FakeTelegram() as tg, running(tg, **SPEECH, MEMGATE_SPEECH_API_BASE=fake_llm.base_url) as app:
+async def test_a_failed_transcription_is_one_line_and_the_note_is_tried_again_then_given_up(running, fake_llm, clock):
+    down = lambda audio: FakeError(503, "whisper is loading")  # noqa: E731
+    fake_llm.hear = down
+    async with FakeTelegram() as tg, running(tg, **SPEECH, MEMGATE_SPEECH_API_BASE=fake_llm.base_url,
+                                             MEMGATE_MEDIA_MAX_ATTEMPTS="2") as app:
         note = tg.inject_message(OWNER, voice=True, file_data=fake_audio("call mum at six"))
         (line,) = await answer(tg, note)
         assert "could not transcribe" in line and "try again" in line
         assert app.gateway.inbox.counts() == {"waiting": 1}
+        assert await app.gateway.retry_waiting() == 0  # not due yet: tried a moment ago
         fake_llm.hear = lambda audio: "call mum at six"
-        assert await app.gateway.retry_waiting(everything=True) == 1
+        clock.advance(minutes=11)  # [media] retry_minutes = 10
+        assert await app.gateway.retry_waiting() == 1
         seen = await answer(tg, note, 2)
         assert seen[1].endswith("You said: [voice] call mum at six")
+        # A note the speech server never reads is given up after max_attempts, and the person told.
+        fake_llm.hear = down
+        other = tg.inject_message(OWNER, voice=True, file_data=fake_audio("..."))
+        await answer(tg, other)
+        clock.advance(minutes=11)
+        assert await app.gateway.retry_waiting() == 1
+        (_, given_up) = await answer(tg, other, 2)
+        assert given_up.startswith("I tried 2 times to read the voice note you sent")
+        await app.gateway.idle()
+        assert app.gateway.inbox.counts() == {"answered": 1, "closed": 1}
 
 
 async def test_too_long_or_too_big_is_refused_before_the_download(running, fake_llm):
