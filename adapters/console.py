@@ -10,34 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import re
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from bot.channel import InboundHandler
+from bot.channel import CancelHook, InboundHandler, MenuCommand
 from bot.errors import StoreError
 from bot.message import Message, Reply
 from memory.private_files import write_private
 
-SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+if TYPE_CHECKING:
+    from adapters.line_editing import LineEditor
+
 # Surrogates that are not a surrogateescape'd byte (those are U+DC80-U+DCFF).
 _NOT_ESCAPED_BYTE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
-
-
-@contextmanager
-def _stdout_as(stream) -> Iterator[None]:
-    saved, sys.stdout = sys.stdout, stream
-    try:
-        yield
-    finally:
-        sys.stdout = saved
 
 
 def clean_text(text: str) -> str:
@@ -57,16 +49,19 @@ def clean_text(text: str) -> str:
 
 
 LEAVE_WORDS = frozenset({"/quit", "/exit", "quit", "exit"})
-LEAVE_HELP = "/quit, /exit (or just quit, exit, Ctrl-D, Ctrl-C): leave the terminal chat"
-LINE_EDIT_HELP = "In the terminal: arrow keys edit the line, Up/Down recall earlier lines, Ctrl-L clears the screen"
+LEAVE_HELP = "/quit, /exit, quit, Ctrl-D, Ctrl-C on an empty line: leave the terminal chat"
+LINE_EDIT_HELP = ("In the terminal: arrow keys edit the line, Up/Down recall earlier lines, Tab completes /commands, "
+                  "Ctrl-C clears the line or stops the reply being written, Ctrl-L clears the screen")
 
 
 class ConsoleAdapter:
-    """stdin -> Message, Reply -> stdout. Ctrl-D, Ctrl-C, /quit, /exit, quit or exit end the session.
+    """stdin -> Message, Reply -> stdout. Ctrl-D, /quit, /exit, quit or exit end the session, and
+    Ctrl-C on an empty line with no reply in flight.
 
-    On a terminal the line is read by prompt_toolkit (editing, history in `history_path`, Ctrl-L);
-    replies and the spinner are drawn above the prompt, which is redrawn under each of them.
-    Anything else (a pipe, a file) is read line by line as it comes."""
+    On a terminal the line is read by adapters/line_editing.py (editing, history in
+    `history_path`, Tab completion, Ctrl-C clears the line or cancels the reply in flight through
+    `on_cancel`); replies and the spinner are drawn above the prompt, which is redrawn under each
+    of them. Anything else (a pipe, a file) is read line by line as it comes."""
 
     def __init__(self, user: str, *, name: str = "console", bot_name: str = "memgate",
                  stdin: TextIO | None = None, stdout: TextIO | None = None,
@@ -87,8 +82,11 @@ class ConsoleAdapter:
         self._run = uuid.uuid4().hex[:8]
         self._write_lock = asyncio.Lock()
         self._thinking = 0
-        self._frame = 0
-        self._session = None  # the prompt_toolkit PromptSession while the prompt runs
+        self._editor: LineEditor | None = None  # while the prompt runs
+        self._menu: list[str] = []
+        # Filled in by the composition root: stops the turn in flight in this chat (Ctrl-C).
+        self.on_cancel: CancelHook | None = None
+        self._cancelling: set[asyncio.Task] = set()
 
     @property
     def interactive(self) -> bool:
@@ -128,43 +126,39 @@ class ConsoleAdapter:
         return True
 
     async def _prompt_loop(self) -> None:
-        from prompt_toolkit import PromptSession
-        from prompt_toolkit.history import FileHistory, InMemoryHistory
-        from prompt_toolkit.patch_stdout import StdoutProxy
+        from adapters.line_editing import LineEditor
 
-        history = InMemoryHistory()
-        if self._history_path is not None:
-            # What the person typed is theirs alone: the file is created readable by them only.
-            self._history_path.parent.mkdir(parents=True, exist_ok=True)
-            os.close(os.open(self._history_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-            history = FileHistory(str(self._history_path))
-        self._session = PromptSession(history=history)
+        self._editor = LineEditor(f"{self.user}> ", history_path=self._history_path, commands=self._command_names,
+                                  busy=lambda: self._thinking > 0, cancel=self._cancel_reply)
         try:
-            # Output written while the prompt is up (replies) goes above it, and the prompt is
-            # redrawn under it: nothing is glued to the line being typed. Only stdout: stderr is
-            # where libraries log, and the CLI points it at the log file, not into the chat.
-            # The terminal stays in raw mode from the first prompt to the last, not only while a
-            # prompt reads: between two prompts (the line being handed over) the kernel's line
-            # discipline would otherwise take what is typed, and a Ctrl-D there is an end-of-file
-            # that no prompt ever sees. In raw mode type-ahead waits as bytes for the next prompt.
-            with StdoutProxy(raw=True) as proxy, _stdout_as(proxy), self._session.input.raw_mode():
-                while True:
-                    try:
-                        # Not prompt_toolkit's loop exception handler: it takes the terminal over with
-                        # "Press ENTER to continue" for any stray error of any task, eating the keys
-                        # typed meanwhile. The process's own handler logs them (bot/logs.py).
-                        text = await self._session.prompt_async(f"{self.user}> ", rprompt=self._rprompt,
-                                                                set_exception_handler=False)
-                    except (EOFError, KeyboardInterrupt):  # Ctrl-D, Ctrl-C
-                        break
+            async with self._editor.open():
+                while (text := await self._editor.read()) is not None:
                     if not await self._line(clean_text(text)):
                         break
         finally:
-            self._session = None
+            self._editor = None
             self.closed.set()
 
-    def _rprompt(self) -> str:
-        return f"{SPINNER[self._frame % len(SPINNER)]} thinking…" if self._thinking else ""
+    def _command_names(self) -> list[str]:
+        return [*self._menu, *(name for name, _ in self.local_commands())]
+
+    def set_command_menu(self, commands: Sequence[MenuCommand]) -> None:
+        """The gateway's commands: what Tab completes after a "/"."""
+        self._menu = [c.name for c in commands]
+
+    def _cancel_reply(self) -> None:
+        """Ctrl-C while a reply is written: the gateway stops that turn (the message stays in memory)."""
+        if self.on_cancel is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._cancel_and_say())
+        self._cancelling.add(task)
+        task.add_done_callback(self._cancelling.discard)
+
+    async def _cancel_and_say(self) -> None:
+        assert self.on_cancel is not None
+        if await self.on_cancel(self.name, self.user):
+            async with self._write_lock:
+                self._write("(reply cancelled; what you said is kept in memory)\n\n")
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -222,24 +216,26 @@ class ConsoleAdapter:
             yield
             return
         self._thinking += 1
+        if self._editor is not None:
+            self._editor.start_thinking()
         task = asyncio.create_task(self._spin())
         try:
             yield
         finally:
             self._thinking -= 1
             task.cancel()
-            self._redraw()
+            if self._editor is not None:
+                self._editor.stop_thinking()
 
     async def _spin(self) -> None:
         while True:
-            self._frame += 1
-            self._redraw()
+            if self._editor is not None:
+                self._editor.tick()
             await asyncio.sleep(0.1)
 
     def _redraw(self) -> None:
-        session = self._session
-        if session is not None and session.app.is_running:
-            session.app.invalidate()
+        if self._editor is not None:
+            self._editor.redraw()
 
     def _write(self, text: str) -> None:
         # Looked up at each write: while the prompt runs, sys.stdout is prompt_toolkit's proxy that

@@ -19,7 +19,7 @@ from bot.access.linking import LINKING_MIGRATIONS, Linking
 from bot.access.pairing import Pairing
 from bot.access.policy import Access
 from bot.access.schema import ACCESS_MIGRATIONS
-from bot.channel import Channel, HasLocalCommands, ReportsTrouble, ShowsCommandMenu
+from bot.channel import CancelsReplies, Channel, HasLocalCommands, ReportsTrouble, ShowsCommandMenu
 from bot.config import Settings
 from bot.delivery.inbox import INBOX_MIGRATIONS
 from bot.delivery.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
@@ -37,6 +37,7 @@ from bot.turn.tools import ToolBox
 from bot.usage import USAGE_MIGRATIONS, UsageRecorder
 from memory.embed import Embedder, LiteLLMEmbedder, LocalE5Embedder
 from memory.engine import MemoryEngine
+from memory.ingest.capture import pending_count
 from memory.ingest.worker import IngestSettings
 from memory.llm import LiteLLM, LLMSettings, set_offline_env
 from memory.recall.search import RecallSettings
@@ -45,6 +46,9 @@ from memory.private_files import loose_paths, private_dir, restrict_umask
 from memory.store.connection import Store
 
 log = logging.getLogger(__name__)
+
+# How long a person leaving the terminal waits for the ingestion in progress before it stops.
+QUICK_EXIT_SECONDS = 0.5
 
 
 def make_embedder(settings: Settings) -> Embedder:
@@ -101,6 +105,12 @@ class App:
     extras: dict[str, Any] = field(default_factory=dict)
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _warming: Any = None
+    # Set before leaving when the person at the terminal left: leaving then takes about a second
+    # (ingestion stops where it is; the durable queue keeps the rest for the next start), and
+    # `pending_memory` says how many turns wait there. Otherwise (a signal, a service stopping)
+    # what is due is ingested first, as long as `[ingest]` allows.
+    quick_exit: bool = False
+    pending_memory: int = 0
 
     async def warmed_up(self) -> None:
         """Return once litellm, jieba and the embedding model are loaded (turns are served
@@ -123,7 +133,7 @@ class App:
         usage = self.extras.get("usage")
         if usage is not None:
             self._stack.push_async_callback(usage.aflush)
-        self._stack.push_async_callback(self.engine.worker.stop)
+        self._stack.push_async_callback(self._stop_ingest)
         scheduler = self.extras.get("scheduler")
         if scheduler is not None:
             await scheduler.start()
@@ -156,6 +166,18 @@ class App:
 
     async def _close_store(self) -> None:
         self.store.close()
+
+    async def _stop_ingest(self) -> None:
+        import asyncio
+
+        if not self.quick_exit:
+            await self.engine.worker.stop()
+            return
+        await self.engine.worker.stop(drain=False, timeout=QUICK_EXIT_SECONDS)
+        try:
+            self.pending_memory = await asyncio.to_thread(pending_count, self.store)
+        except Exception:  # only for the goodbye line: never a reason to fail leaving
+            log.warning("could not count the turns still to ingest", exc_info=True)
 
 
 def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Callable[[], datetime] | None = None,
@@ -222,6 +244,8 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
         # A channel in trouble (a lost login, replies refused) tells the owner, on another channel if need be.
         if isinstance(ch, ReportsTrouble) and ch.on_trouble is None:
             ch.on_trouble = gateway.notify_owner
+        if isinstance(ch, CancelsReplies) and ch.on_cancel is None:
+            ch.on_cancel = gateway.cancel_turn
         if isinstance(ch, ShowsCommandMenu):
             ch.set_command_menu(commands.menu())
     # After the menus: a command one channel answers itself (the terminal's /quit) is in /help,

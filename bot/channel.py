@@ -1,6 +1,6 @@
 """The Channel protocol every adapter implements, the callback it hands messages to, and the
 optional start-up hooks the composition root (bot.app) fills in: who hears of channel trouble,
-and the command menu a platform can show."""
+who stops a reply the person cancelled, and the command menu a platform can show."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ InboundHandler = Callable[[Message], Awaitable[None]]
 
 # Called by a channel with a line the owner must read: a lost login, replies the platform refuses.
 TroubleHook = Callable[[str], Awaitable[None]]
+
+# Called by a channel whose person asked to stop the reply being written (the terminal's Ctrl-C):
+# (channel name, chat id) -> whether a turn in flight there was cancelled.
+CancelHook = Callable[[str, str], Awaitable[bool]]
 
 
 @runtime_checkable
@@ -56,6 +60,15 @@ class ReportsTrouble(Protocol):
     """A channel that can meet trouble only the owner can fix; `on_trouble` None = not wired yet."""
 
     on_trouble: TroubleHook | None
+
+
+@runtime_checkable
+class CancelsReplies(Protocol):
+    """A channel whose person can stop the reply being written; `on_cancel` None = not wired yet.
+
+    The message stays as said (in memory, in the session); only the reply is dropped."""
+
+    on_cancel: CancelHook | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 # answered: the agent replied; failed: the agent apologised (LLM down or timed out); command:
 # answered without the LLM (a chat command, or a notice such as "stickers are not supported");
 # refused: access said no (a pairing code, silence); error: a bug, logged.
-TurnOutcome = Literal["answered", "failed", "command", "refused", "error", "waiting"]
+TurnOutcome = Literal["answered", "failed", "cancelled", "command", "refused", "error", "waiting"]
 SendFailure = Literal["transient", "permanent"]
 
 

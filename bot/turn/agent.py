@@ -11,9 +11,10 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import TypeVar
 
 from bot.media.reader import DocumentText
 from bot.turn.approvals import Approvals, PendingWrite
@@ -29,6 +30,7 @@ from memory.recall.block import extend_block
 from memory.text import estimate_tokens, neutralize
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,9 @@ class TurnRequest:
     speaker: str | None = None
     images: tuple[str, ...] = ()                # data: URLs of pictures for a reply model that sees
     documents: tuple[DocumentText, ...] = ()    # files the person sent: read now, remembered as chunks
+    # Set when the person asks to stop the reply (the terminal's Ctrl-C): the model's work is
+    # dropped, what they said is captured all the same.
+    cancel: asyncio.Event | None = None
 
 
 @dataclass(slots=True)
@@ -56,6 +61,7 @@ class TurnResult:
     completion_tokens: int
     timings_ms: dict[str, float] = field(default_factory=dict)
     failed: bool = False
+    cancelled: bool = False     # stopped by the person: `reply` is empty and nothing is sent
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,29 @@ class AgentSettings:
     model_address: str = "the model server"  # shown when the model fails (never a key)
     down_hint: str = ""                 # logged when the model fails: what to run to bring it back
     document_chunk_chars: int = 1500    # one memory row per piece of a document of this size
+
+
+class TurnCancelled(Exception):
+    """The person stopped the reply being written."""
+
+
+async def unless_cancelled(work: Awaitable[T], cancel: asyncio.Event | None) -> T:
+    """`work`'s result, or TurnCancelled as soon as `cancel` is set (the work is cancelled and
+    awaited: an LLM call in flight is closed, not left running)."""
+    if cancel is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    stop = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        raise TurnCancelled
+    return task.result()
 
 
 class Agent:
@@ -125,12 +154,17 @@ class Agent:
         calls_before = self.llm.usage.total_calls()
         tokens_before = (sum(self.llm.usage.prompt_tokens.values()), sum(self.llm.usage.completion_tokens.values()))
         captured_msgs: list[TurnMessage] = []
-        failed = False
+        failed = cancelled = False
         llm_ms = 0.0
         try:
-            reply, tool_msgs, llm_ms = await asyncio.wait_for(self._loop(messages, ctx), timeout=self.settings.turn_timeout)
+            reply, tool_msgs, llm_ms = await unless_cancelled(
+                asyncio.wait_for(self._loop(messages, ctx), timeout=self.settings.turn_timeout), req.cancel)
             reply = cap_reply(reply, self.settings.max_reply_chars)
             captured_msgs += tool_msgs
+        except TurnCancelled:
+            log.info("turn %s: the reply was cancelled by the person", req.turn_id)
+            reply, failed, cancelled = "", True, True
+            proposals.clear()
         except TimeoutError:
             reply, failed = prompts.TIMEOUT_APOLOGY, True
         except LLMError as exc:
@@ -166,7 +200,7 @@ class Agent:
             timings_ms={"recall": (t_recall - t0) * 1000, "prompt": (t_prompt - t_recall) * 1000,
                         "llm": llm_ms, "capture": (t_end - t_llm) * 1000,
                         "outside_llm": (t_end - t0) * 1000 - llm_ms},
-            failed=failed)
+            failed=failed, cancelled=cancelled)
 
     async def _with_skills(self, block: str, query: str, space_ids: Sequence[str]) -> tuple[str, set[str]]:
         """Add at most `inject_skills` relevant skills (name + description) to the memory block;

@@ -105,6 +105,8 @@ class Gateway:
         # Per conversation: the first message the inbox could not record (platform key, when), so a
         # later one is not recorded, and answered, before it (see `inbound`).
         self._unrecorded: dict[str, tuple[str, float]] = {}
+        # The agent turn in flight per conversation, set to stop it (cancel_turn).
+        self._cancels: dict[str, asyncio.Event] = {}
         self._prune_task: asyncio.Task | None = None
         self._standby_task: asyncio.Task | None = None
         self._media_task: asyncio.Task | None = None
@@ -322,7 +324,8 @@ class Gateway:
             out = "Sorry, something went wrong on my side. Please try again."
             outcome[0] = "error"
         if out is None:
-            await asyncio.to_thread(self.inbox.close, entry.seq, "nothing to answer")
+            await asyncio.to_thread(self.inbox.close, entry.seq,
+                                    "cancelled" if outcome[0] == "cancelled" else "nothing to answer")
         elif isinstance(out, Waiting):
             await self._wait_for_media(entry, out)
             outcome[0] = "waiting"
@@ -363,14 +366,30 @@ class Gateway:
                 attached = read
             session = await self.sessions.current(msg.conversation_key, allowed.write_space)
             history = await self.sessions.history(session, self.settings.history_tokens)
+            cancel = self._cancels[msg.conversation_key] = asyncio.Event()
             req = TurnRequest(text=attached.text, turn_id=f"{msg.conversation_key}:{msg.message_id or id(msg)}:{msg.timestamp.timestamp()}",
                               session_id=session.session_id, history=tuple(history), ctx=ctx, channel=msg.channel,
-                              speaker=msg.sender_name or None, images=attached.images, documents=attached.documents)
-            result = await self.agent.run(req)
-        outcome[0] = "failed" if result.failed else "answered"
+                              speaker=msg.sender_name or None, images=attached.images, documents=attached.documents,
+                              cancel=cancel)
+            try:
+                result = await self.agent.run(req)
+            finally:
+                if self._cancels.get(msg.conversation_key) is cancel:
+                    del self._cancels[msg.conversation_key]
+        outcome[0] = "cancelled" if result.cancelled else "failed" if result.failed else "answered"
         if self.on_turn is not None:
             self.on_turn(result)
-        return result.reply
+        return None if result.cancelled else result.reply
+
+    async def cancel_turn(self, channel: str, chat_id: str) -> bool:
+        """Stop the reply being written in this chat (the person asked: the terminal's Ctrl-C).
+        What they said is captured as usual; no answer is sent. False when no turn was in flight."""
+        key = f"{channel}:{chat_id}"  # a chat without topics: the conversation key of its messages
+        cancel = self._cancels.get(key)
+        if cancel is None or cancel.is_set():
+            return False
+        cancel.set()
+        return True
 
     async def new_session(self, msg: Message, allowed: Allowed) -> None:
         await self.sessions.current(msg.conversation_key, allowed.write_space, force_new=True)
