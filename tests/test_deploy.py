@@ -213,6 +213,48 @@ def test_the_unit_passes_systemd_analyze_verify(tmp_path, scope):
     assert subprocess.run(["systemd-analyze", "verify", str(broken)], capture_output=True, timeout=120).returncode != 0
 
 
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
+@pytest.mark.parametrize("scope", [["--user"], []])
+def test_the_unit_is_sandboxed_to_its_data_folder_with_exposure_at_most_4(tmp_path, scope):
+    """Issue 27: the unit rated 9.2 UNSAFE. Now the data folder (and a DuckDB file kept outside
+    it) is the only writable path, and `systemd-analyze security` rates the unit <= 4.0."""
+    config = tmp_path / "memgate.toml"
+    config.write_text(f'[store]\nurl = "duckdb://{tmp_path}/db files/memgate.duckdb"\n')
+    assert _service(tmp_path, "install", *scope, config=config).returncode == 0
+    unit = tmp_path / "units" / "memgate.service"
+    text = unit.read_text()
+    assert f'ReadWritePaths={tmp_path / "data"} "{tmp_path}/db files"' in text.splitlines()
+    for directive in ("NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectSystem=strict", "ProtectHome=read-only",
+                      "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6", "SystemCallFilter=@system-service"):
+        assert directive in text.splitlines()
+    out = subprocess.run(["systemd-analyze", "security", "--offline=yes", str(unit)], capture_output=True, text=True,
+                         timeout=120)
+    rated = re.search(r"Overall exposure level for memgate.service: (\d+\.\d+)", out.stdout)
+    assert rated is not None, out.stdout + out.stderr
+    print(f"\n{' '.join(scope) or '--system'}: exposure {rated.group(1)}")
+    assert float(rated.group(1)) <= 4.0, out.stdout
+    assert subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, timeout=120).returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("systemctl") is None, reason="systemctl is not installed here")
+def test_a_failed_systemctl_is_a_non_zero_exit_with_its_message(tmp_path):
+    """Issue 27: `service install --user` printed systemctl's failure and exited 0. A user manager
+    that cannot be reached (no session bus: the runtime folder is empty, as under su) must fail."""
+    config = tmp_path / "memgate.toml"
+    config.write_text("")
+    (tmp_path / "runtime").mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMGATE_", "DBUS_"))}
+    env.update({"PYTHONPATH": str(ROOT), "MEMGATE_DATA_DIR": str(tmp_path / "data"), "MEMGATE_CONFIG": str(config),
+                "HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "home" / ".config"),
+                "XDG_RUNTIME_DIR": str(tmp_path / "runtime")})
+    out = subprocess.run([sys.executable, "-m", "bot.cli", "service", "install", "--user"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0, out.stdout
+    assert "Failed to connect to bus" in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0
+    assert (tmp_path / "home" / ".config" / "systemd" / "user" / "memgate.service").is_file()
+
+
 def test_service_install_without_a_config_file_is_one_clear_line(tmp_path):
     out = _service(tmp_path, "install", "--user", config=None)
     assert out.returncode == 2 and "Traceback" not in out.stderr

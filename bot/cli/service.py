@@ -19,7 +19,8 @@ def cmd_service(settings: Settings, args) -> int:
         config = systemd.config_for_service(args.config)
         settings.data_path.mkdir(parents=True, exist_ok=True)
         text = systemd.render_unit(systemd.memgate_command(), config, user=args.user,
-                                   run_as=os.environ.get("SUDO_USER") or getpass.getuser(), workdir=settings.data_path)
+                                   run_as=os.environ.get("SUDO_USER") or getpass.getuser(), workdir=settings.data_path,
+                                   writable=systemd.store_folder(settings.store_url))
         lines = systemd.install(place, text, start=not args.no_start)
     elif args.action == "uninstall":
         lines = systemd.uninstall(place)

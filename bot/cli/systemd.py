@@ -4,7 +4,9 @@ The unit is rendered from a template (pure), written to the user's (~/.config/sy
 the system's (/etc/systemd/system) unit folder, or to `--unit-dir` / $MEMGATE_SYSTEMD_DIR (tests,
 packagers: then systemctl is not called, only named). The service runs `memgate --config FILE
 run` with stdin on /dev/null (so the terminal channel stays out), restarts on failure, and is
-stopped with SIGTERM, on which memgate answers what is queued and drains its memory queue.
+stopped with SIGTERM, on which memgate answers what is queued and drains its memory queue. It
+runs sandboxed (HARDENING): the data folder is the only path it may write. A systemctl step
+that fails is an error with systemctl's own words (the unit stays written).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.errors import ConfigError
+from bot.errors import ConfigError, MemgateError
 
 UNIT_NAME = "memgate.service"
 
@@ -41,12 +43,49 @@ RestartSec=5
 # On SIGTERM memgate answers what is queued and finishes capturing the last turns.
 KillSignal=SIGTERM
 TimeoutStopSec=90
-NoNewPrivileges=yes
-PrivateTmp=yes
-
+{hardening}
 [Install]
 WantedBy={wanted_by}
 """
+
+# The sandbox (`systemd-analyze security --offline=yes` rates it; tests/test_deploy.py holds it
+# to <= 4.0). memgate needs: its data folder (database, logs, caches, api.json) as the only
+# writable path, the network (IPv4/IPv6 to the model and the platforms, Unix sockets for a local
+# PostgreSQL), and nothing privileged. A user service gets the same: systemd runs it in a user
+# namespace where the kernel allows unprivileged ones (Debian, Ubuntu, Fedora do).
+HARDENING = """\
+# Sandbox: the data folder is the only writable path; no privileges, devices or kernel knobs.
+NoNewPrivileges=yes
+PrivateTmp=yes
+PrivateDevices=yes
+ProtectSystem=strict
+ProtectHome=read-only
+ReadWritePaths={writable}
+UMask=0077
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+ProtectProc=invisible
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
+RestrictNamespaces=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+RemoveIPC=yes
+CapabilityBoundingSet=
+AmbientCapabilities=
+SystemCallArchitectures=native
+SystemCallFilter=@system-service
+SystemCallFilter=~@privileged
+SystemCallErrorNumber=EPERM
+"""
+
+
+class SystemctlFailed(MemgateError):
+    """systemctl refused a step of the install (no user bus, not allowed, a bad unit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,13 +125,32 @@ def memgate_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "bot.cli"]
 
 
-def render_unit(command: list[str], config: Path, *, user: bool, run_as: str | None, workdir: Path) -> str:
-    """The unit file text (pure)."""
+def render_unit(command: list[str], config: Path, *, user: bool, run_as: str | None, workdir: Path,
+                writable: tuple[Path, ...] = ()) -> str:
+    """The unit file text (pure). `workdir` (the data folder) and `writable` are the paths the
+    service may write; every other one is read-only to it."""
     exec_start = " ".join(shlex.quote(part) for part in [*command, "--config", str(config), "run"])
+    paths = " ".join(_unit_path(p) for p in dict.fromkeys([workdir, *writable]))
     return UNIT_TEMPLATE.format(scope="user" if user else "system", flag="--user " if user else "",
-                                exec_start=exec_start, workdir=workdir,
+                                exec_start=exec_start, workdir=workdir, hardening=HARDENING.format(writable=paths),
                                 user_line="" if user or not run_as else f"User={run_as}\n",
                                 wanted_by="default.target" if user else "multi-user.target")
+
+
+def store_folder(store_url: str) -> tuple[Path, ...]:
+    """The folder of a DuckDB file kept outside the data folder (it must stay writable), else ()."""
+    from memory.store.url import parse_store_url
+
+    where = parse_store_url(store_url)
+    if where.backend != "duckdb" or str(where.path) == ":memory:":
+        return ()
+    return (Path(where.path).expanduser().absolute().parent,)
+
+
+def _unit_path(path: Path) -> str:
+    """A path as a unit file's path lists take it: spaces and quotes quoted, % escaped."""
+    text = str(path).replace("%", "%%")
+    return f'"{text}"' if any(c in text for c in ' "\'\\') else text
 
 
 def config_for_service(named: str | None, env: dict[str, str] | None = None) -> Path:
@@ -129,10 +187,20 @@ def install(place: UnitPlace, text: str, *, start: bool) -> list[str]:
         return lines
     for step in steps:
         code, out = _run(step)
-        lines.append(f"{shlex.join(step)}: {'ok' if code == 0 else 'failed: ' + out.splitlines()[-1] if out else 'failed'}")
+        if code != 0:
+            # The unit is written but not running: a non-zero exit with systemctl's own words
+            # (for --user without a login session: "Failed to connect to bus").
+            why = " ".join(out.split()) or f"exit status {code}"
+            raise SystemctlFailed(f"wrote {place.path}, but `{shlex.join(step)}` failed: {why}"
+                                  + (_NO_BUS_HINT if place.user and "bus" in why.lower() else ""))
+        lines.append(f"{shlex.join(step)}: ok")
     if place.user:
         lines.append("to keep it running after you log out: loginctl enable-linger $USER")
     return lines
+
+
+_NO_BUS_HINT = (" (a user service needs your login session's bus: run it from a login shell, not su/sudo, or "
+                "`loginctl enable-linger $USER` and log in again; or install a system service with sudo)")
 
 
 def uninstall(place: UnitPlace) -> list[str]:
