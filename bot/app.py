@@ -282,6 +282,7 @@ def _answered_by(channel: str):
 
 def _wire_api(app: App, embedder: Embedder) -> None:
     """The HTTP API (issue 11) on the gateway's loop, sharing its engine, access and store."""
+    from bot.access.policy import API_KEY_CHANNEL
     from bot.api.attached import AttachedTerminals
     from bot.api.context import ApiHost
     from bot.api.jobs import queue_depth_and_age
@@ -308,13 +309,16 @@ def _wire_api(app: App, embedder: Embedder) -> None:
         for name, help_text in chats.local_commands():
             app.commands.register(name, _answered_by(chats.name), help_text)
     app.gateway.add_channel(chats)
+    key_chats = AttachedTerminals(name=API_KEY_CHANNEL)   # terminals attached with a space key
+    app.gateway.add_channel(key_chats)
     host = ApiHost(access=app.access, pairing=app.pairing, tell=app.gateway.tell, skills=SkillLibrary(app.store, embedder, app.settings.data_path, clock=app.clock),
                    public_space=app.access.PUBLIC_SPACE,
                    # Attached terminals come and go: /healthz lists the console only when this gateway reads one.
                    channels=lambda: {name: up for name, up in app.gateway.channel_health().items()
-                                     if name != chats.name or chats.local is not None},
+                                     if name not in (chats.name, key_chats.name) or (name == chats.name and chats.local is not None)},
                    job_statuses=scheduler.status if scheduler is not None else list,
-                   flush_usage=app.extras["usage"].aflush, chats=chats, bot_name=app.settings.agent.name)
+                   flush_usage=app.extras["usage"].aflush, chats=chats, key_chats=key_chats,
+                   bot_name=app.settings.agent.name)
     web_app = create_app(app.engine, keys, host, metrics, settings=server, clock=app.clock)
     app.extras["metrics"] = metrics
     app.extras["api"] = ApiServer(web_app, keys, app.settings.data_path, server)

@@ -19,7 +19,7 @@ OTHER_VARIABLES = {
     "MEMGATE_CONFIG": "the config file to read",
     "MEMGATE_ENV_FILE": "the secrets file (env_file)",
     "MEMGATE_SYSTEMD_DIR": "where `memgate service install` writes the unit",
-    "MEMGATE_API_KEY": "`memgate mcp`: the API key whose space and scope bound every call",
+    "MEMGATE_API_KEY": "`memgate mcp` and `memgate chat`: the API key whose space and scope bound every call",
     "MEMGATE_SCREENSHOTS": "where the dashboard tests save screenshots",
     "MEMGATE_CHROMIUM": "the Chromium the dashboard tests drive",
 }

@@ -13,6 +13,7 @@ read another person's memories through the bot.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from bot.access.api_keys import Keys
 from bot.access.identities import CONSOLE_CHANNEL, PUBLIC_SPACE, Identities, Identity, Role
 from bot.config import AccessConfig
 from bot.message import Message
@@ -29,6 +31,8 @@ from memory.store.rows import ensure_space
 
 log = logging.getLogger(__name__)
 
+# The channel of terminals attached with a space key (bot.api.attached): the key stands for the person.
+API_KEY_CHANNEL = "api"
 ALLOWLIST_TEXT = "Sorry, this bot is private."
 DM_DISABLED_TEXT = "Sorry, direct messages are turned off for this bot."
 GROUP_NOT_ALLOWED_TEXT = "Sorry, I'm not enabled in this group."
@@ -107,6 +111,8 @@ class Access(Identities):
         return await self._check_dm(msg)
 
     async def _check_dm(self, msg: Message) -> Allowed | Refused:
+        if msg.channel == API_KEY_CHANNEL:
+            return await self._check_api_key(msg)
         key = f"{msg.channel}:{msg.sender_id}"
         console = msg.channel == CONSOLE_CHANNEL
         ident = await self.identity(msg.channel, msg.sender_id)
@@ -126,6 +132,15 @@ class Access(Identities):
             ident = await self._rename(ident, msg.sender_name)
         return Allowed(ident, (ident.space_id, *ident.kept_spaces, PUBLIC_SPACE), ident.space_id,
                        self.may_write_public(ident), ident.kept_spaces)
+
+    async def _check_api_key(self, msg: Message) -> Allowed | Refused:
+        """A terminal attached with a space key (`MEMGATE_API_KEY=... memgate chat`): the key's one space
+        (and public, as in any DM), while the key is live and may write; nothing is stored about it."""
+        rec = await asyncio.to_thread(Keys(self.store, clock=self.clock).live, msg.sender_id)
+        if rec is None or rec.space_id is None or rec.scope != "write":
+            return Refused(None)  # revoked (or read-only) since the line was taken: nobody to tell
+        ident = Identity(API_KEY_CHANNEL, rec.id, rec.space_id, Role.USER, msg.sender_name or rec.name or rec.prefix)
+        return Allowed(ident, (rec.space_id, PUBLIC_SPACE), rec.space_id, False)
 
     def _known_refusal(self, ident: Identity) -> Refused | None:
         """A known, unblocked person under the current DM policy: None when they may talk."""

@@ -4,7 +4,9 @@ held by clients of the API (bot.api.routes_chat) instead of this process's own s
 
 A line an attached terminal sends is a console message (`console:NAME`: the same person, so the
 same memory space, as `memgate chat --user NAME` without a gateway) in a conversation of its own
-(chat `NAME@attached`): it goes through the inbox, the queue, access, the agent and capture like
+(chat `NAME@attached`). With a space key instead of the admin token, the line is the key's
+(channel "api", chat `KEYID@attached`: the key's space, as bot.access.policy decides). Either way it
+goes through the inbox, the queue, access, the agent and capture like
 every message, and its reply through the outbox to `send` here, which hands it to the listening
 clients as an event. When the gateway itself reads a terminal (`memgate run` in one), that
 terminal's conversations are passed through to it unchanged.
@@ -60,7 +62,8 @@ class AttachedTerminals:
 
     name = "console"
 
-    def __init__(self, local: Channel | None = None) -> None:
+    def __init__(self, local: Channel | None = None, *, name: str = "console") -> None:
+        self.name = name  # "console": terminal users (admin token); "api": space keys (bot.access.policy)
         self.local = local
         self._listeners: dict[str, set[Listener]] = {}
         self._inbound: InboundHandler | None = None

@@ -46,6 +46,7 @@ class ApiHost:
     tell: Callable[[str, str, str, str], Awaitable[None]] | None = None
     # Terminals attached over the API (`memgate chat` while the gateway runs): the gateway's console channel.
     chats: AttachedTerminals | None = None
+    key_chats: AttachedTerminals | None = None        # the same, attached with a space key
     bot_name: str = "memgate"                         # how replies are signed in an attached terminal
 
 

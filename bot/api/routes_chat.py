@@ -2,12 +2,15 @@
 a gateway instead of opening the database (bot.operator.chat_client is the other end).
 
     GET  /api/v1/admin/chat/events?user=NAME   NDJSON, one event a line, while the client listens:
-         {"type": "attached", "chat", "bot_name"} first, then {"type": "typing", "on", "message_id"},
+         {"type": "attached", "chat", "as", "bot_name"} first, then {"type": "typing", "on", "message_id"},
          {"type": "reply", "text", "reply_to", "document"?}, {"type": "ping"} every PING_S, and
          {"type": "closing"} when the gateway stops.
     POST /api/v1/admin/chat/messages  {"user", "text", "message_id"} -> 202 once the line is in
          the gateway's inbox (durable), 503 when the store cannot record it (the client keeps the
          line and sends it again, as the in-process terminal does).
+
+The same two routes under /api/v1/chat take a space key with write scope instead (the key stands
+for its person: its space, and public, as in any DM; `MEMGATE_API_KEY=... memgate chat`).
 
 Admin scope: the local admin token (api.token, readable only by the account that runs the
 gateway) speaks as any terminal user, exactly as whoever can open the data folder can run
@@ -21,18 +24,21 @@ from __future__ import annotations
 import asyncio
 import json
 import unicodedata
+from dataclasses import dataclass
 from datetime import datetime
 
 from aiohttp import web
 
 from bot.api.attached import AttachedTerminals, attached_chat
-from bot.api.context import CLOCK, HOST
+from bot.api.context import API_KEY, CLOCK, HOST
 from bot.api.errors import ApiError
 from bot.api.params import body_json
 from bot.errors import ChannelError, StoreError
 from bot.message import Message
 
 routes = web.RouteTableDef()
+ADMIN = "/api/v1/admin/chat"   # the local admin token, as the terminal user ?user= / "user"
+KEYED = "/api/v1/chat"         # a space key with write scope, as itself
 PING_S = 15.0          # an idle stream still says it is alive (and finds a client that left)
 MAX_USER = 64
 MAX_LINE = 20_000      # the agent cuts longer messages itself; this only bounds the request
@@ -48,25 +54,42 @@ def _user(value: object) -> str:
     return value
 
 
-def _terminals(request: web.Request) -> AttachedTerminals:
-    chats = request.app[HOST].chats
+@dataclass(frozen=True, slots=True)
+class Speaker:
+    """Who an attached terminal speaks as: the channel that carries it, its conversation, its sender."""
+
+    chats: AttachedTerminals
+    chat: str
+    sender_id: str
+    sender_name: str
+
+
+def _speaker(request: web.Request, user: object) -> Speaker:
+    """The admin token speaks as the terminal user `user`; a space key as itself (its space)."""
+    host, rec = request.app[HOST], request[API_KEY]
+    chats = host.chats if rec.scope == "admin" else host.key_chats
     if chats is None:
         raise ApiError(404, "not_found", "this server does not take chat (it serves the API only)")
-    return chats
+    if rec.scope == "admin":
+        name = _user(user)
+        return Speaker(chats, attached_chat(name), name, name)
+    if rec.scope != "write":
+        raise ApiError(403, "forbidden", "chatting needs a write key (a read key only reads memories)")
+    return Speaker(chats, attached_chat(rec.id), rec.id, rec.name or rec.prefix)
 
 
-@routes.get("/api/v1/admin/chat/events")
+@routes.get(ADMIN + "/events")
+@routes.get(KEYED + "/events")
 async def events(request: web.Request) -> web.StreamResponse:
-    chats, user = _terminals(request), _user(request.query.get("user"))
-    chat = attached_chat(user)
+    who = _speaker(request, request.query.get("user"))
     resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson; charset=utf-8"})
     await resp.prepare(request)
 
     async def write(event: dict) -> None:
         await resp.write((json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8"))
 
-    async with chats.listen(chat) as listener:
-        await write({"type": "attached", "chat": chat, "bot_name": request.app[HOST].bot_name})
+    async with who.chats.listen(who.chat) as listener:
+        await write({"type": "attached", "chat": who.chat, "as": who.sender_name, "bot_name": request.app[HOST].bot_name})
         while True:
             try:
                 event = await asyncio.wait_for(listener.events.get(), PING_S)
@@ -85,10 +108,12 @@ async def events(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-@routes.post("/api/v1/admin/chat/messages")
+@routes.post(ADMIN + "/messages")
+@routes.post(KEYED + "/messages")
 async def message(request: web.Request) -> web.Response:
-    chats, body = _terminals(request), await body_json(request)
-    user, text, message_id = _user(body.get("user")), body.get("text"), body.get("message_id")
+    body = await body_json(request)
+    who = _speaker(request, body.get("user"))
+    text, message_id = body.get("text"), body.get("message_id")
     if not isinstance(text, str) or not text.strip():
         raise ApiError(400, "bad_request", "text must be a non-empty string")
     if len(text) > MAX_LINE:
@@ -97,10 +122,10 @@ async def message(request: web.Request) -> web.Response:
         raise ApiError(400, "bad_request", f"message_id must be a string of 1 to {MAX_MESSAGE_ID} characters "
                        "(the same id sent again is the same message, answered once)")
     now: datetime = request.app[CLOCK]()
-    msg = Message(channel=chats.name, chat_id=attached_chat(user), sender_id=user, sender_name=user, text=text,
-                  timestamp=now, message_id=message_id)
+    msg = Message(channel=who.chats.name, chat_id=who.chat, sender_id=who.sender_id, sender_name=who.sender_name,
+                  text=text, timestamp=now, message_id=message_id)
     try:
-        await chats.hand_in(msg)
+        await who.chats.hand_in(msg)
     except (StoreError, ChannelError) as exc:
         raise ApiError(503, "unavailable", f"the gateway could not record the message ({exc}); send it again",
                        {"Retry-After": "1"}) from None

@@ -23,6 +23,7 @@ from bot.errors import ConfigError, MemgateError
 from bot.logs import log_file, log_loop_exceptions, setup_logging, terminal_session
 
 log = logging.getLogger("memgate")
+KEY_ENV = "MEMGATE_API_KEY"   # a space key: `memgate chat` (and `memgate mcp`) act as that key, through the gateway
 
 NO_LLM_TEXT = """No language model is configured, so memgate cannot answer yet. Set one of:
   MEMGATE_LLM_MODEL=<any litellm model, e.g. openai/gpt-4o-mini> plus its key in MEMGATE_LLM_API_KEY, or
@@ -117,9 +118,15 @@ def cmd_chat(settings: Settings, args) -> int:
     when there is one, else with a gateway of its own in this process."""
     from bot.operator.gateway_client import find_gateway
 
+    key = os.environ.get(KEY_ENV, "").strip() or None
+    if key and args.user:
+        raise ConfigError(f"give either {KEY_ENV} (a key names its space) or --user, not both")
     client = find_gateway(settings.data_path)
     if client is not None:
-        return _attach(settings, client, args.user)
+        return _attach(settings, client, args.user, key)
+    if key:
+        raise ConfigError(f"{KEY_ENV} is set, and a key chats through a running gateway: none answers for "
+                          f"{settings.data_path} (start `memgate run`, or unset {KEY_ENV} to chat as --user NAME here)")
     if not settings.llm_configured:
         print(NO_LLM_TEXT, file=sys.stderr)
         return 2
@@ -135,24 +142,20 @@ def cmd_chat(settings: Settings, args) -> int:
     return code
 
 
-def _attach(settings: Settings, client, user: str | None) -> int:
+def _attach(settings: Settings, client, user: str | None, key: str | None) -> int:
     """`memgate chat` as one more client of the running gateway: the same terminal channel (line
     editing, history, spinner) with its lines handed to the gateway's API instead of its own."""
     console = _console(settings, user)
-    if console.interactive:
-        print(f"memgate: talking as {console.user} through the running gateway at {client.url}. /help for commands; "
-              f"/quit, Ctrl-D or Ctrl-C to leave.\n(arrow keys edit the line, Up recalls earlier ones; "
-              f"logs go to {log_file(settings)})\n")
     setup_logging(settings, to_file=True, to_stderr=logging.ERROR)
     with terminal_session(settings, console):
-        gone = asyncio.run(_chat_through(settings, client, console))
+        gone = asyncio.run(_chat_through(settings, client, console, key))
     if gone:
         print(f"memgate: {gone}", file=sys.stderr)
         return 1
     return 0
 
 
-async def _chat_through(settings: Settings, client, console) -> str | None:
+async def _chat_through(settings: Settings, client, console, key: str | None) -> str | None:
     """Run the attached chat until the person leaves (None) or the gateway goes (why, for the person)."""
     from contextlib import AsyncExitStack
     from datetime import UTC, datetime
@@ -167,8 +170,12 @@ async def _chat_through(settings: Settings, client, console) -> str | None:
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):
             pass
-    async with ChatLink(client, console.user) as link:
-        console.bot_name = link.bot_name
+    async with ChatLink(client, console.user, key) as link:
+        console.bot_name, console.user = link.bot_name, link.user   # a key talks as the gateway names it
+        if console.interactive:
+            print(f"memgate: talking as {console.user} through the running gateway at {client.url}. /help for "
+                  "commands; /quit, Ctrl-D or Ctrl-C to leave.\n(arrow keys edit the line, Up recalls earlier ones; "
+                  f"logs go to {log_file(settings)})\n", flush=True)
         thinking: dict[str, AsyncExitStack] = {}
 
         def reply(text: str, document: Document | None = None) -> Reply:

@@ -23,8 +23,8 @@ import aiohttp
 from bot.errors import MemgateError, StoreError
 from bot.operator.gateway_client import GatewayCallError, GatewayClient
 
-EVENTS = "/api/v1/admin/chat/events"
-MESSAGES = "/api/v1/admin/chat/messages"
+ADMIN = "/api/v1/admin/chat"   # with the gateway's local admin token, as a terminal user
+KEYED = "/api/v1/chat"         # with a space key (MEMGATE_API_KEY), as that key
 STREAM_IDLE_S = 60.0   # the gateway pings every 15 s: a minute of silence is a gateway gone
 
 
@@ -36,8 +36,11 @@ class ChatLink:
     """An attached conversation: `async with ChatLink(client, user) as link`, then `send` lines and
     read `events()`. `pending` holds the ids of lines sent and not answered yet."""
 
-    def __init__(self, client: GatewayClient, user: str) -> None:
-        self.client, self.user = client, user
+    def __init__(self, client: GatewayClient, user: str, key: str | None = None) -> None:
+        """As the terminal user `user` with the gateway's local admin token, or, given a space `key`,
+        as that key (its space; `user` is then only what the prompt shows until the gateway says)."""
+        self.client, self.user, self.key = client, user, key
+        self._routes, self._who = (KEYED, {}) if key else (ADMIN, {"user": user})
         self.bot_name = "memgate"
         self.chat = ""
         self.pending: set[str] = set()
@@ -47,11 +50,11 @@ class ChatLink:
         self._stream: aiohttp.ClientResponse | None = None
 
     async def __aenter__(self) -> ChatLink:
-        self._http = aiohttp.ClientSession(headers={"Authorization": f"Bearer {self.client.token}"},
+        self._http = aiohttp.ClientSession(headers={"Authorization": f"Bearer {self.key or self.client.token}"},
                                            timeout=aiohttp.ClientTimeout(total=None, connect=10,
                                                                          sock_read=STREAM_IDLE_S))
         try:
-            self._stream = await self._http.get(self.client.url + EVENTS, params={"user": self.user})
+            self._stream = await self._http.get(self.client.url + self._routes + "/events", params=self._who)
             if self._stream.status != 200:
                 raise GatewayCallError(await _message(self._stream), self._stream.status)
             first = await self._next()
@@ -65,6 +68,7 @@ class ChatLink:
             await self._close()
             raise GatewayCallError(f"the gateway at {self.client.url} did not attach this terminal")
         self.chat, self.bot_name = first["chat"], first.get("bot_name") or self.bot_name
+        self.user = first.get("as") or self.user
         return self
 
     async def __aexit__(self, et: type[BaseException] | None, exc: BaseException | None,
@@ -107,8 +111,8 @@ class ChatLink:
         self.pending.add(message_id)
         self.answered.clear()
         try:
-            async with self._http.post(self.client.url + MESSAGES,
-                                       json={"user": self.user, "text": text, "message_id": message_id}) as resp:
+            async with self._http.post(self.client.url + self._routes + "/messages",
+                                       json={**self._who, "text": text, "message_id": message_id}) as resp:
                 if resp.status == 202:
                     return
                 message = await _message(resp)

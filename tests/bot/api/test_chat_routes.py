@@ -11,6 +11,7 @@ import json
 from tests.bot.api.conftest import serve
 
 EVENTS, MESSAGES = "/api/v1/admin/chat/events", "/api/v1/admin/chat/messages"
+KEY_EVENTS, KEY_MESSAGES = "/api/v1/chat/events", "/api/v1/chat/messages"
 
 
 async def _next(stream) -> dict:
@@ -56,3 +57,26 @@ async def test_each_attached_terminal_gets_its_own_replies_through_the_gateway(t
         status, _, _ = await api.call("POST", MESSAGES, admin, json={"user": "ann", "text": "/help", "message_id": "a2"})
         assert status == 202
         await api.app.gateway.idle()
+
+
+async def test_a_space_key_chats_in_its_own_space_and_a_read_or_revoked_key_cannot(tmp_path, embedder):
+    """`MEMGATE_API_KEY=... memgate chat`: the key stands for its person (its space, as the memory routes)."""
+    async with serve(tmp_path, embedder) as api:
+        key, reader = api.key("u_kim", scope="write", name="kim's laptop"), api.key("u_kim", scope="read")
+        auth = {"Authorization": f"Bearer {key}"}
+        line = {"text": "/remember my locker is number 12", "message_id": "k1"}
+        assert (await api.call("POST", KEY_MESSAGES, reader, json=line))[0] == 403
+        assert (await api.call("POST", KEY_MESSAGES, api.key(scope="admin"), json=line))[0] == 403  # admin: /admin/chat
+        async with api.http.get(KEY_EVENTS, headers=auth) as events:
+            first = await _next(events)
+            assert first["as"] == "kim's laptop" and first["chat"].endswith("@attached")
+            assert (await api.call("POST", KEY_MESSAGES, key, json=line))[0] == 202
+            reply = await _next(events)
+            assert reply["type"] == "reply" and reply["reply_to"] == "k1"
+        # Remembered in the key's space, nowhere else; the API's own view of that space finds it.
+        status, page, _ = await api.call("GET", "/api/v1/memories", key)
+        assert status == 200 and [m["text"] for m in page["memories"]] == ["my locker is number 12"]
+        assert await api.app.access.identity("api", first["chat"].split("@")[0]) is None  # nothing stored about a key
+        prefix = api.keys.verify(key).prefix
+        api.keys.revoke(prefix)
+        assert (await api.call("POST", KEY_MESSAGES, key, json={**line, "message_id": "k2"}))[0] == 401

@@ -69,6 +69,22 @@ async def test_chat_attaches_to_the_running_gateway_and_public_add_goes_through_
             assert loop.time() < deadline, found
             await asyncio.sleep(0.2)
         assert {m["space_id"] for m in found["memories"]} == {found["memories"][0]["space_id"]} != {"public"}
+        # A space key attaches too (MEMGATE_API_KEY, as `memgate mcp` takes it): lines piped in here.
+        url_token = json.loads((data / "api.json").read_text())["url"], (data / "api.token").read_text().strip()
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url_token[0] + "/api/v1/admin/keys", json={"scope": "write", "user": "console:ann"},
+                                 headers={"Authorization": f"Bearer {url_token[1]}"}) as r:
+                assert r.status == 201, await r.text()
+                key = (await r.json())["key"]
+        piped = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", "chat"],
+                                        env={**env, "MEMGATE_API_KEY": key}, cwd=ROOT, input="what colour is my bike?\n",
+                                        capture_output=True, text=True, timeout=300)
+        assert piped.returncode == 0, piped.stderr
+        assert "You said: what colour is my bike?" in piped.stdout, piped.stdout
     # With the gateway gone, the same person's memory is what the in-process chat reads.
     offline = await memgate(env, "memory", "list", "--user", "ann", "--kind", "chunk", "--kind", "fact")
     assert offline.returncode == 0 and "bike is green" in offline.stdout, offline.stderr
+    no_gateway = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", "chat"],
+                                         env={**env, "MEMGATE_API_KEY": key}, cwd=ROOT, input="hello\n",
+                                         capture_output=True, text=True, timeout=300)
+    assert no_gateway.returncode == 2 and no_gateway.stderr.count("\n") == 1 and "memgate run" in no_gateway.stderr
