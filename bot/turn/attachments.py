@@ -13,12 +13,20 @@ expire, WeChat media for 3 days).
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from bot.delivery.inbox import Inbox, InboxEntry
+from bot.errors import StoreWriteError
 from bot.media.reader import NO_SPEECH_NOTE, Attached, MediaProblem, MediaReader
 from bot.message import Message
 
-__all__ = ["GIVEN_UP_TEXT", "NO_SPEECH_NOTE", "Waiting", "read_attachments"]
+__all__ = ["GIVEN_UP_TEXT", "NO_SPEECH_NOTE", "Waiting", "WaitingAttachments", "read_attachments"]
+
+log = logging.getLogger(__name__)
 
 GIVEN_UP_TEXT = ("I tried {n} times to read the {what} you sent and could not, so I stopped trying. "
                  "Please send it again, or type what it said.")
@@ -41,3 +49,35 @@ async def read_attachments(reader: MediaReader, msg: Message, channel: object) -
         if problem.wait:
             return Waiting(problem.line, problem.note, counts=problem.note != NO_SPEECH_NOTE)
         return problem.line
+
+
+class WaitingAttachments:
+    """The inbox's waiting messages: kept with a count of tries, and handed back when due."""
+
+    def __init__(self, inbox: Inbox, *, clock: Callable[[], datetime], transcribes: bool, retry_every: float,
+                 attempts: int) -> None:
+        self.inbox = inbox
+        self.clock = clock
+        self.transcribes = transcribes  # a speech endpoint is set: notes that waited for one are due
+        self.retry_every = retry_every
+        self.attempts = attempts
+
+    async def keep(self, entry: InboxEntry, waiting: Waiting) -> str | None:
+        """Keep the message to try again; the line to tell the person (the first time, or that it
+        was given up after `attempts` failed tries), or None when they were told already."""
+        tries = await asyncio.to_thread(self.inbox.wait, entry.seq, waiting.note, counts=waiting.counts)
+        if waiting.counts and tries >= self.attempts:
+            await asyncio.to_thread(self.inbox.close, entry.seq, f"given up: {waiting.note}")
+            what = next((m.kind.value.replace("voice", "voice note") for m in entry.message.media), "attachment")
+            return GIVEN_UP_TEXT.format(n=tries, what=what)
+        return waiting.line if tries <= 1 else None
+
+    async def due(self, channels: Sequence[str], *, everything: bool = False) -> list[InboxEntry]:
+        """The waiting messages to queue again (made pending): last tried `retry_every` ago, or all."""
+        before = self.clock() if everything else self.clock() - timedelta(seconds=self.retry_every)
+        try:
+            return await asyncio.to_thread(self.inbox.due_waiting, before, channels,
+                                           skip_note=None if self.transcribes else NO_SPEECH_NOTE)
+        except StoreWriteError as exc:
+            log.warning("retrying waiting attachments failed (%s); the next pass retries", exc)
+            return []

@@ -30,7 +30,7 @@ from bot.media.reader import Attached, MediaReader
 from bot.message import Kind, Message, Reply
 from bot.observe import NoObserver, TurnObserver, TurnOutcome
 from bot.turn.agent import Agent, TurnRequest, TurnResult
-from bot.turn.attachments import GIVEN_UP_TEXT, NO_SPEECH_NOTE, Waiting, read_attachments
+from bot.turn.attachments import Waiting, WaitingAttachments, read_attachments
 from bot.turn.commands import CommandContext, Commands
 from bot.turn.queues import ConversationQueues
 from bot.turn.sessions import Sessions
@@ -97,6 +97,9 @@ class Gateway:
         self.cluster = cluster or (inbox.cluster if inbox is not None else Cluster(store, clock=clock))
         self.cluster.receiving = set()
         self.inbox = inbox or Inbox(store, clock=clock, cluster=self.cluster)
+        self.waiting = WaitingAttachments(self.inbox, clock=clock, transcribes=media.transcriber is not None,
+                                          retry_every=self.settings.media_retry,
+                                          attempts=self.settings.media_attempts) if media is not None else None
         # Retries are due in real time, whatever clock the tests move.
         self.outbox = Outbox(store, self.channels, clock=wall_clock, settings=outbox_settings, observer=self.observer,
                              cluster=self.cluster)
@@ -260,8 +263,7 @@ class Gateway:
             await asyncio.sleep(self.settings.prune_every)
 
     async def _retry_media(self) -> None:
-        """Queue again what waits for its attachment: everything at the start, then what was last
-        tried `media_retry` seconds ago (a voice note waiting for a speech endpoint only once one is set)."""
+        """Queue again what waits for its attachment: everything at the start, then every `media_retry` s."""
         first = True
         while True:
             await self.retry_waiting(everything=first)
@@ -269,38 +271,13 @@ class Gateway:
             await asyncio.sleep(self.settings.media_retry)
 
     async def retry_waiting(self, *, everything: bool = False) -> int:
-        """Queue the waiting messages that are due again; returns how many."""
-        if self.media is None:
+        """Queue the waiting messages that are due again (bot.turn.attachments); returns how many."""
+        if self.waiting is None:
             return 0
-        before = self.clock() if everything else self.clock() - timedelta(seconds=self.settings.media_retry)
-        skip = None if self.media.transcriber is not None else NO_SPEECH_NOTE
-        try:
-            entries = await asyncio.to_thread(self.inbox.due_waiting, before, sorted(self.cluster.receiving), skip_note=skip)
-        except StoreWriteError as exc:
-            log.warning("retrying waiting attachments failed (%s); next pass retries", exc)
-            return 0
+        entries = await self.waiting.due(sorted(self.cluster.receiving), everything=everything)
         for entry in entries:
             self.queues.put(entry)
         return len(entries)
-
-    async def _wait_for_media(self, entry: InboxEntry, waiting: Waiting) -> None:
-        """Keep the message to try again; tell the person once, or that it was given up."""
-        msg = entry.message
-        tries = await asyncio.to_thread(self.inbox.wait, entry.seq, waiting.note, counts=waiting.counts)
-        if waiting.counts and tries >= self.settings.media_attempts:
-            await asyncio.to_thread(self.inbox.close, entry.seq, f"given up: {waiting.note}")
-            what = next((m.kind.value.replace("voice", "voice note") for m in msg.media), "attachment")
-            line = GIVEN_UP_TEXT.format(n=tries, what=what)
-        elif tries <= 1:
-            line = waiting.line
-        else:
-            return  # told already at the first try
-        key = msg.conversation_key
-        await self.outbox.aput(key, self._reply_for(msg, line), None)
-        try:
-            await self.outbox.flush(key)
-        except StoreWriteError as exc:
-            log.warning("outbox: delivery in %s waits for the store: %s", key, exc)
 
     async def _process(self, entry: InboxEntry) -> None:
         """One accepted message: access, then command or turn; its answer goes to the outbox."""
@@ -326,9 +303,13 @@ class Gateway:
         if out is None:
             await asyncio.to_thread(self.inbox.close, entry.seq,
                                     "cancelled" if outcome[0] == "cancelled" else "nothing to answer")
-        elif isinstance(out, Waiting):
-            await self._wait_for_media(entry, out)
+        elif isinstance(out, Waiting) and self.waiting is not None:
+            line = await self.waiting.keep(entry, out)
             outcome[0] = "waiting"
+            if line:  # through the outbox, not as the message's answer: the message stays waiting
+                key = entry.message.conversation_key
+                await self.outbox.aput(key, self._reply_for(entry.message, line), None)
+                await self._flush(key)
         else:
             await self._reply(entry, out)
         self.observer.on_turn(msg.channel, outcome[0], time.perf_counter() - started)
@@ -406,6 +387,10 @@ class Gateway:
         key = entry.message.conversation_key
         # The secrets of the message it answers are scrubbed from the reply's echo of them too.
         await self.outbox.aput(key, self._reply_for(entry.message, out), entry.seq, find_secrets(entry.message.text))
+        await self._flush(key)
+
+    async def _flush(self, key: str) -> None:
+        """Send what is due in a conversation; a store that cannot record it now only delays it."""
         try:
             await self.outbox.flush(key)
         except StoreWriteError as exc:
@@ -440,10 +425,7 @@ class Gateway:
         # Through the outbox like every reply: durable, retried, in order with that chat's answers.
         key = f"{channel}:{chat_id}"
         await self.outbox.aput(key, Reply(channel=channel, chat_id=chat_id, text=text, recipient_id=recipient_id), None)
-        try:
-            await self.outbox.flush(key)
-        except StoreWriteError as exc:
-            log.warning("outbox: delivery in %s waits for the store: %s", key, exc)
+        await self._flush(key)
 
     async def notify_owner(self, text: str) -> None:
         """Tell the owner something (e.g. WeChat needs a new login) on any channel that reaches them.
