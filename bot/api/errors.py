@@ -41,7 +41,8 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return error_response(exc.status, _HTTP_CODES.get(exc.status, "http_error"), exc.reason)
+        allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None  # a 405 says what is
+        return error_response(exc.status, _HTTP_CODES.get(exc.status, "http_error"), exc.reason, allow)
     except Exception:
         log.exception("API %s %s failed", request.method, request.path)
         return error_response(500, "internal", "internal error (see the gateway log)")

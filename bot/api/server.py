@@ -89,7 +89,10 @@ def create_app(engine: MemoryEngine, keys: Keys, host: ApiHost, metrics: Metrics
         app.add_routes(module.routes)
     mcp = McpEndpoint()
     app.cleanup_ctx.append(mcp.lifespan)
-    app.router.add_route("*", MCP_PATH, mcp.handle)
+    # POST only: a GET would open the server-to-client event stream, which a stateless server never
+    # writes to (it would hold its connection and task until the gateway stops); the spec's answer
+    # for a server without one is 405.
+    app.router.add_post(MCP_PATH, mcp.handle)
     return app
 
 

@@ -126,3 +126,11 @@ async def test_the_gateways_admin_key_needs_a_person(gw):
     assert not err
     erin = await gw.app.access.identity("console", "erin")
     assert [r.text for r in await gw.app.engine.get([kept["id"]], [erin.space_id])] == ["Erin prefers tea"]
+
+
+async def test_no_event_stream_is_opened_a_get_is_405(gw):
+    """A stateless server never writes to the GET stream: opening one would hold a connection and a
+    task until the gateway stops, so it is refused at once."""
+    key = gw.key("u_alice", "read")
+    status, body, headers = await gw.call("GET", "/mcp", key, headers={"Accept": "text/event-stream"})
+    assert status == 405 and body["error"]["code"] == "method_not_allowed" and "POST" in headers["Allow"]
