@@ -80,13 +80,17 @@ class AttachedTerminals:
             await stop()
 
     async def stop(self) -> None:
-        # The attached clients hear that the gateway is going (their terminals say so and end).
+        self.close_listeners()
+        if self.local is not None:
+            await self.local.stop()
+
+    def close_listeners(self) -> None:
+        """The attached clients hear that the gateway is going (their terminals say so and end), and
+        their streams end: the API server stops first and would otherwise wait for them."""
         for listeners in self._listeners.values():
             for listener in listeners:
                 listener.put({"type": "closing"})
                 listener.put(None)
-        if self.local is not None:
-            await self.local.stop()
 
     def is_up(self) -> bool:
         return self.local.is_up() if isinstance(self.local, ReportsHealth) else True

@@ -130,3 +130,11 @@ async def message(request: web.Request) -> web.Response:
         raise ApiError(503, "unavailable", f"the gateway could not record the message ({exc}); send it again",
                        {"Retry-After": "1"}) from None
     return web.json_response({"accepted": message_id, "chat": msg.chat_id}, status=202)
+
+
+async def close_streams(app: web.Application) -> None:
+    """on_shutdown: end the attached terminals' streams before the server waits for its handlers."""
+    host = app[HOST]
+    for chats in (host.chats, host.key_chats):
+        if chats is not None:
+            chats.close_listeners()

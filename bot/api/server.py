@@ -84,6 +84,7 @@ def create_app(engine: MemoryEngine, keys: Keys, host: ApiHost, metrics: Metrics
     app[LOCAL_TOKEN] = LocalToken()
     app[INSIGHT_CACHE] = {}
     app.on_cleanup.append(_finish_imports)
+    app.on_shutdown.append(routes_chat.close_streams)
     for module in (routes_ops, routes_session, routes_memories, routes_data, routes_admin, routes_operator,
                    routes_chat, routes_dashboard):
         app.add_routes(module.routes)

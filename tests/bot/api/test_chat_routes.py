@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import aiohttp
+
 from tests.bot.api.conftest import serve
 
 EVENTS, MESSAGES = "/api/v1/admin/chat/events", "/api/v1/admin/chat/messages"
@@ -80,3 +82,15 @@ async def test_a_space_key_chats_in_its_own_space_and_a_read_or_revoked_key_cann
         prefix = api.keys.verify(key).prefix
         api.keys.revoke(prefix)
         assert (await api.call("POST", KEY_MESSAGES, key, json={**line, "message_id": "k2"}))[0] == 401
+
+
+async def test_a_stopping_gateway_tells_the_attached_terminals_and_ends_their_streams(tmp_path, embedder):
+    """Without this the server, which stops first, waited its shutdown timeout (60 s) on each open stream."""
+    async with aiohttp.ClientSession() as http:
+        async with serve(tmp_path, embedder) as api:
+            headers = {"Authorization": f"Bearer {api.key(scope='admin')}"}
+            stream = await http.get(api.app.extras["api"].url + EVENTS, params={"user": "ann"}, headers=headers)
+            assert (await _next(stream))["type"] == "attached"
+        assert (await _next(stream))["type"] == "closing"
+        assert await stream.content.readline() == b""
+        stream.release()
