@@ -38,7 +38,7 @@ from bot.usage import USAGE_MIGRATIONS, UsageRecorder
 from memory.embed import Embedder, LiteLLMEmbedder, LocalE5Embedder
 from memory.engine import MemoryEngine
 from memory.ingest.capture import pending_count
-from memory.ingest.worker import IngestSettings
+from memory.ingest.settings import IngestSettings
 from memory.llm import LiteLLM, LLMSettings, set_offline_env
 from memory.recall.search import RecallSettings
 from memory.store.backend import open_store as open_backend

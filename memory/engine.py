@@ -20,7 +20,8 @@ from memory.ingest.capture import CapturedTurn, capture
 from memory.ingest.documents import document_rows
 from memory.embed import Embedder
 from memory.store.keywords import fresh_count, rebuild_index
-from memory.ingest.worker import IngestSettings, IngestWorker
+from memory.ingest.settings import IngestSettings
+from memory.ingest.worker import IngestWorker
 from memory.llm import LLM
 from memory.store.rows import (
     RECORD_COLUMNS, MemoryRecord, NewMemory, bump_seq, ensure_space, get_records, insert_memories, to_record, utc_naive,

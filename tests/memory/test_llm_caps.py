@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from memory import prompts
 from memory.engine import MemoryEngine
 from memory.ingest.capture import CapturedTurn, TurnMessage
-from memory.ingest.worker import IngestSettings
+from memory.ingest.settings import IngestSettings
 from memory.llm import REPAIR_ECHO_CHARS, complete_json
 from tests.fakes import brain
 

@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from memory.embed import LocalE5Embedder  # noqa: E402
 from memory.engine import MemoryEngine  # noqa: E402
-from memory.ingest.worker import IngestSettings  # noqa: E402
+from memory.ingest.settings import IngestSettings  # noqa: E402
 from memory.llm import LiteLLM, LLMSettings  # noqa: E402
 from memory.store.connection import Store  # noqa: E402
 

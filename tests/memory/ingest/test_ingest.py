@@ -11,7 +11,7 @@ import pytest
 
 from memory.ingest.capture import CapturedTurn, TurnMessage, capture
 from memory.engine import MemoryEngine
-from memory.ingest.worker import IngestSettings
+from memory.ingest.settings import IngestSettings
 
 
 def turn_answer(facts=(), titles=None, dedup=()):

@@ -23,7 +23,7 @@ from memory import prompts
 from memory.engine import MemoryEngine
 from memory.ingest.capture import CapturedTurn, TurnMessage, capture
 from memory.ingest.facts import ExtractedFact
-from memory.ingest.worker import batches
+from memory.ingest.queue import batches
 from memory.store.connection import Store
 from tests.fakes.llm_server import Delay, FakeError
 
@@ -188,7 +188,7 @@ def test_batches_respect_the_token_budget_and_keep_retried_turns_alone():
                               "messages": [{"role": "user", "text": " ".join(["word"] * words)}]})
         return (f"q{n}", "amy", "s", f"t{n}", payload, attempts)
 
-    from memory.ingest.worker import payload_tokens
+    from memory.ingest.queue import payload_tokens
 
     rows = [row(1), row(2), row(3, attempts=1), row(4), row(5), row(6, words=400)]
     cost = payload_tokens(rows[0][4])

@@ -19,7 +19,8 @@ from memory import prompts
 from memory.engine import MemoryEngine
 from memory.llm import LiteLLM, LLMSettings
 from memory.ingest.capture import CapturedTurn, TurnMessage, capture
-from memory.ingest.worker import IngestSettings, next_space_turns
+from memory.ingest.queue import next_space_turns
+from memory.ingest.settings import IngestSettings
 from memory.store.connection import Store
 from memory.store.rows import utc_naive
 from tests.fakes.llm_server import Delay

@@ -1,0 +1,77 @@
+"""The ingest queue as the worker reads it: the next claim (a space's due turns, in order), the
+runs of a claim that share one LLM call, a queued turn, and the message queued before it."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from memory.ingest.capture import TurnMessage, decode_payload
+from memory.store.connection import Conn
+from memory.text import estimate_tokens
+
+
+@dataclass(frozen=True)
+class QueuedTurn:
+    """One turn as the queue holds it."""
+
+    qid: str
+    space_id: str
+    session_id: str | None
+    turn_id: str
+    messages: list[TurnMessage]
+    created_at: datetime
+    attempts: int
+
+
+def previous_message(con: Conn, qid: str, space_id: str, session_id: str | None) -> TurnMessage | None:
+    """The last message of the turn queued before this one in the same session (None across
+    sessions): the context of this turn's opening message, as the recall bench embeds it."""
+    if session_id is None:
+        return None
+    row = con.execute(
+        """SELECT q.payload FROM ingest_queue q, (SELECT created_at, id FROM ingest_queue WHERE id = ?) me
+           WHERE q.space_id = ? AND q.session_id = ?
+             AND (q.created_at < me.created_at OR (q.created_at = me.created_at AND q.id < me.id))
+           ORDER BY q.created_at DESC, q.id DESC LIMIT 1""", [qid, space_id, session_id]).fetchone()
+    if row is None:
+        return None
+    said = [m for m in decode_payload(row[0])[0] if m.role != "tool"]
+    return said[-1] if said else None
+
+
+def batches(rows: Sequence[tuple], budget: int) -> list[list[tuple]]:
+    """A space's due rows (queue order) cut into runs that share one LLM call: consecutive
+    first attempts whose messages total at most `budget` tokens (estimated). A turn being
+    retried goes alone, so its retry count and raw fallback stay its own."""
+    out: list[list[tuple]] = []
+    size = 0
+    for row in rows:
+        cost = payload_tokens(row[4])
+        if out and row[5] == 0 and out[-1][-1][5] == 0 and size + cost <= budget:
+            out[-1].append(row)
+            size += cost
+        else:
+            out.append([row])
+            size = cost
+    return out
+
+
+def payload_tokens(payload: str) -> int:
+    """Estimated prompt tokens of a queued turn's messages (what batching budgets)."""
+    messages, _ = decode_payload(payload)
+    return sum(estimate_tokens(m.text[:4000]) + 4 for m in messages)
+
+
+def next_space_turns(con: Conn, now: datetime, held: Collection[str], limit: int) -> list[tuple]:
+    """The next claim: up to `limit` due queue rows, in queue order, of the space whose oldest
+    due turn is the oldest among the spaces not in `held` (the ones other slots work on)."""
+    return con.execute(
+        """WITH due AS (SELECT id, space_id, session_id, turn_id, payload, attempts, created_at FROM ingest_queue
+                        WHERE status = 'pending' AND next_attempt_at <= ?
+                          AND space_id NOT IN (SELECT unnest(?::VARCHAR[])))
+           SELECT id, space_id, session_id, turn_id, payload, attempts FROM due
+           WHERE space_id = (SELECT space_id FROM due ORDER BY created_at, id LIMIT 1)
+           ORDER BY created_at, id LIMIT ?""",
+        [now, sorted(held), limit]).fetchall()
