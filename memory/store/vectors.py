@@ -26,6 +26,12 @@ matrix; rows never return to 'active' without a new `seq` (memory_forget, supers
 are one-way), and a new `seq` re-adds them. A change of embedding model or dimension (reembed)
 empties the cache and deletes the files. A file whose sampled rows the table does not have at
 those seqs (a restored backup, another database's folder) is discarded and rebuilt.
+
+Why one module of ~500 lines: the cache's parts (catch-up by seq, the files, scoring, the
+check against the table) all keep one invariant, that every matrix holds exactly the active
+rows up to the cache's watermark; split apart, each part would need the others' bookkeeping.
+What has no share in it is elsewhere: the file format in vector_files.py, the int8 scan and
+re-rank in vector_space.py.
 """
 
 from __future__ import annotations
