@@ -24,7 +24,7 @@ from bot.config import Settings
 from bot.delivery.inbox import INBOX_MIGRATIONS
 from bot.delivery.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
 from bot.media.setup import media_reader
-from bot.model_servers import down_hint, shown_address
+from bot.model_servers import down_hint, routed_model, shown_address
 from bot.observe import Observers
 from bot.turn.agent import Agent, AgentSettings
 from bot.turn.approvals import Approvals
@@ -65,13 +65,14 @@ def make_llm(settings: Settings, recorder: UsageRecorder | None, *, memory: bool
     c = settings.llm
     if not settings.llm_configured or (memory and not c.memory_llm):
         return None
-    model = (c.memory_model if memory and c.memory_model else c.model) or "openai/local"
-    if c.api_base and "/" not in model:
-        model = f"openai/{model}"  # an OpenAI-compatible server speaks the openai protocol
+    model = routed_model(c.memory_model if memory and c.memory_model else c.model, c.api_base)
 
+    # A reply has a person waiting: streamed, so a silent server is told after first_token_timeout,
+    # and an outage is not retried. Memory work runs in the background with its retries.
     return LiteLLM(LLMSettings(model=model, api_base=c.api_base or None, api_key=settings.secret("llm_api_key"),
                                timeout=c.timeout, retries=c.retries, temperature=c.temperature,
-                               max_tokens=c.max_tokens), sink=recorder.add if recorder else None)
+                               max_tokens=c.max_tokens, first_token_timeout=None if memory else c.first_token_timeout,
+                               retry_outages=memory), sink=recorder.add if recorder else None)
 
 
 def open_store(settings: Settings, extra: Sequence = ()) -> Store:

@@ -31,6 +31,7 @@ class LLMConfig(_Section):
     model: str = ""                     # any litellm model name; empty = no LLM configured
     api_base: str = ""                  # an OpenAI-compatible server (Ollama, llama.cpp, vLLM)
     timeout: float = Field(60.0, gt=0, le=3600)
+    first_token_timeout: float = Field(30.0, gt=0, le=3600)  # a reply's first token, or the server is reported silent
     retries: int = Field(2, ge=0, le=10)
     temperature: float = Field(0.3, ge=0, le=2)
     max_tokens: int = Field(1024, ge=1, le=1_000_000)

@@ -56,6 +56,50 @@ def shown_address(api_base: str, model: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
+def routed_model(model: str, api_base: str) -> str:
+    """The litellm model name a configured one is called by: an OpenAI-compatible server (api_base
+    set) speaks the openai protocol, so a bare name there is `openai/NAME`."""
+    model = model or "openai/local"
+    return f"openai/{model}" if api_base and "/" not in model else model
+
+
+def route_problem(model: str, api_base: str) -> str | None:
+    """Why litellm cannot route this model (no provider in the name and no address), or None.
+
+    Asks litellm itself (`get_llm_provider`, no network), so every provider it knows is accepted;
+    with an address every name is routed (as openai/NAME), and litellm is not imported for it (its
+    import is seconds of the start-up)."""
+    if api_base:
+        return None
+    from memory.llm import import_litellm
+
+    try:
+        import_litellm().get_llm_provider(model=routed_model(model, api_base), api_base=api_base or None)
+    except Exception as exc:  # litellm raises BadRequestError("LLM Provider NOT provided ...") and others
+        return str(exc).split("\n", 1)[0].removeprefix("litellm.BadRequestError: ").split(". ", 1)[0][:120]
+    return None
+
+
+def check_models(settings) -> None:
+    """Refuse at start a model name litellm cannot route: one line naming the key, not a turn
+    that fails 25 s later with "not answering". Nothing to check when no model is configured."""
+    from bot.errors import ConfigError
+
+    c = settings.llm
+    if not settings.llm_configured:
+        return
+    for key, env, model in (("llm.model", "MEMGATE_LLM_MODEL", c.model),
+                            ("llm.memory_model", "MEMGATE_LLM_MEMORY_MODEL", c.memory_model)):
+        if key == "llm.memory_model" and not model:
+            continue
+        problem = route_problem(model, c.api_base)
+        if problem:
+            raise ConfigError(
+                f"'{key}' ({env}) = {model!r} names no provider litellm knows (litellm: {problem}): write it with its "
+                f"provider, e.g. openai/gpt-4o-mini or ollama/{bare_model(model) or 'qwen2.5'}, or set llm.api_base "
+                f"(MEMGATE_LLM_API_BASE) to your OpenAI-compatible server, e.g. http://127.0.0.1:11434/v1")
+
+
 def is_local(api_base: str, model: str = "") -> bool:
     """The model runs on this machine (a loopback address, or litellm's ollama/ default)."""
     if not api_base:

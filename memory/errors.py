@@ -21,5 +21,18 @@ class LLMError(MemgateError):
     """An LLM call failed after its retries, or answered with something unusable."""
 
 
+class ModelUnreachable(LLMError):
+    """Nothing answered at the model's address (connection refused, no such host): an outage or
+    a wrong address, which a retry a second later does not heal."""
+
+
+class ModelSilent(LLMError):
+    """The model server took the call and sent no first token in time (`first_token_timeout`)."""
+
+    def __init__(self, message: str, seconds: float) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+
+
 class EmbeddingError(MemgateError):
     """The embedding provider failed or returned vectors of the wrong shape."""

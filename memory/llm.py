@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import re
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -21,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from memory.errors import LLMError
+from memory.errors import LLMError, ModelSilent, ModelUnreachable
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -131,6 +132,12 @@ class LLMSettings:
     backoff: float = 1.0
     temperature: float = 0.2
     max_tokens: int = 1024
+    # Set for calls a person waits on: the answer is streamed and a server that sends no first
+    # token within this many seconds is reported (ModelSilent) instead of waited on for `timeout`.
+    first_token_timeout: float | None = None
+    # False for calls a person waits on: a refused address or a silent server is reported at once
+    # (a retry a second later meets the same outage); background work keeps its retries.
+    retry_outages: bool = True
 
 
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)
@@ -208,13 +215,18 @@ class LiteLLM:
         last: Exception | None = None
         for attempt in range(s.retries + 1):
             try:
-                resp = await asyncio.wait_for(lib.acompletion(**kwargs), timeout=s.timeout + 5)
+                if s.first_token_timeout is not None:
+                    resp = await self._streamed(lib, kwargs)
+                else:
+                    resp = await asyncio.wait_for(lib.acompletion(**kwargs), timeout=s.timeout + 5)
             except Exception as exc:  # litellm's exception types vary by provider
                 last = exc
                 self._account(purpose, False, 0, 0)
                 status = getattr(exc, "status_code", None)
                 if status in (400, 401, 403, 404):
                     break  # a bad request or key will not heal with a retry
+                if not s.retry_outages and (isinstance(exc, ModelSilent) or refused(exc)):
+                    break
                 if attempt < s.retries:
                     # A server that says how long to wait (429/503 Retry-After) is believed, up to
                     # one call's timeout; otherwise our jittered exponential backoff.
@@ -235,7 +247,39 @@ class LiteLLM:
                 for i, tc in enumerate(getattr(msg, "tool_calls", None) or ())
             )
             return Completion(content=msg.content or "", tool_calls=calls, prompt_tokens=pt, completion_tokens=ct)
+        if isinstance(last, ModelSilent):
+            raise last
+        if last is not None and refused(last):
+            raise ModelUnreachable(f"LLM call ({purpose}) failed: nothing answers at the model's address "
+                                   f"({type(last).__name__}: {_short(last)})") from last
         raise LLMError(f"LLM call ({purpose}) failed: {type(last).__name__}: {_short(last)}")
+
+    async def _streamed(self, lib, kwargs: dict[str, Any]):
+        """One streamed call, rebuilt into a whole response. The opening (connect, headers, first
+        chunk) must finish within `first_token_timeout`; after that each chunk within `timeout`."""
+        s = self.settings
+        kwargs = {**kwargs, "stream": True, "stream_options": {"include_usage": True}}
+        first_wait = float(s.first_token_timeout or s.timeout)
+
+        async def opening():
+            stream = await lib.acompletion(**kwargs)
+            chunks = aiter(stream)
+            return chunks, await anext(chunks)
+
+        try:
+            chunks, first = await asyncio.wait_for(opening(), timeout=first_wait)
+        except TimeoutError:
+            raise ModelSilent(f"no first token within {first_wait:g} s", first_wait) from None
+        got = [first]
+        while True:
+            try:
+                got.append(await asyncio.wait_for(anext(chunks), timeout=s.timeout))
+            except StopAsyncIteration:
+                break
+        resp = lib.stream_chunk_builder(got, messages=kwargs["messages"])
+        if resp is None or not getattr(resp, "choices", None):
+            raise LLMError("the streamed answer was empty")
+        return resp
 
     async def complete_json(self, system, user, schema, *, purpose, max_tokens=None):
         return await complete_json(self, system, user, schema, purpose=purpose, max_tokens=max_tokens)
@@ -301,6 +345,24 @@ def retry_after_seconds(exc: BaseException) -> float | None:
         except (TypeError, ValueError):
             continue
     return None
+
+
+def refused(exc: BaseException) -> bool:
+    """The call found nothing at the address: connection refused, or a host name that does not
+    resolve (anywhere in the exception's chain: litellm wraps openai's wrap of httpx's error)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, (ConnectionRefusedError, socket.gaierror)) or type(cur).__name__ in _UNREACHABLE_NAMES:
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+# aiohttp's DNS failure; not httpx's ConnectError or aiohttp's ClientConnectorError, which also
+# wrap connect timeouts on a busy machine (those are retried like any other failure).
+_UNREACHABLE_NAMES = frozenset({"ClientConnectorDNSError"})
 
 
 def _short(exc: object, limit: int = 300) -> str:

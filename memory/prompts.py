@@ -69,10 +69,17 @@ DOCUMENT_PART = """<document name="{name}">
 </document>"""
 DOCUMENT_CUT_NOTE = "(only the start of this document is shown: it is longer than I read at once)"
 
-TIMEOUT_APOLOGY = "Sorry, I could not finish thinking about that in time. Please try again in a moment."
 # {address} is where the failed call went (no credentials, no key: bot.model_servers.shown_address).
+TIMEOUT_APOLOGY = ("Sorry, my language model ({address}) could not finish answering in time. Your message is kept; "
+                   "please try again in a moment.")
 LLM_DOWN_APOLOGY = ("Sorry, my language model ({address}) is not answering right now. Your message is kept; "
                     "please try again shortly.")
+# A refused connection and a silent server are told as such at once; {hint} is what to run
+# (bot.model_servers.down_hint), shown to whoever can act on it (the terminal, admins), else "".
+LLM_UNREACHABLE_APOLOGY = ("Sorry, nothing answers at my language model's address ({address}: connection refused). "
+                           "Your message is kept.{hint}")
+LLM_SILENT_APOLOGY = ("Sorry, my language model ({address}) took the message but sent nothing for {seconds:g} s. "
+                      "Your message is kept.{hint}")
 
 
 # --- tasks and skills ---

@@ -21,6 +21,7 @@ from typing import NoReturn
 from bot.config import Settings
 from bot.errors import ConfigError, MemgateError
 from bot.logs import log_file, log_loop_exceptions, setup_logging, terminal_session
+from bot.model_servers import check_models
 
 log = logging.getLogger("memgate")
 KEY_ENV = "MEMGATE_API_KEY"   # a space key: `memgate chat` (and `memgate mcp`) act as that key, through the gateway
@@ -130,6 +131,7 @@ def cmd_chat(settings: Settings, args) -> int:
     if not settings.llm_configured:
         print(NO_LLM_TEXT, file=sys.stderr)
         return 2
+    check_models(settings)
     setup_logging(settings, to_file=True, to_stderr=logging.ERROR)
     console = _console(settings, args.user)
     if console.interactive:
@@ -267,6 +269,7 @@ def build_channels(settings: Settings) -> list:
 
 def cmd_run(settings: Settings, args) -> int:
     """`memgate run`: every enabled channel, the ingest worker and the scheduler, until stopped."""
+    check_models(settings)
     setup_logging(settings, to_file=True)
     channels = build_channels(settings)
     # The API (and the dashboard) is an entry point of its own: a memory server with no chat

@@ -24,7 +24,7 @@ from bot.turn.tools import ToolBox, ToolContext
 from memory import prompts
 from memory.ingest.capture import CapturedTurn, TurnMessage
 from memory.engine import MemoryEngine
-from memory.errors import LLMError
+from memory.errors import LLMError, ModelSilent, ModelUnreachable
 from memory.llm import LLM, charged_to
 from memory.recall.block import extend_block
 from memory.text import estimate_tokens, neutralize
@@ -166,11 +166,11 @@ class Agent:
             reply, failed, cancelled = "", True, True
             proposals.clear()
         except TimeoutError:
-            reply, failed = prompts.TIMEOUT_APOLOGY, True
+            reply, failed = prompts.TIMEOUT_APOLOGY.format(address=self.settings.model_address), True
         except LLMError as exc:
             log.warning("turn %s: LLM failed (%s): %s; %s", req.turn_id, self.settings.model_address, exc,
                         self.settings.down_hint or "`memgate doctor` checks the model")
-            reply, failed = prompts.LLM_DOWN_APOLOGY.format(address=self.settings.model_address), True
+            reply, failed = self._model_trouble(exc, req), True
         t_llm = time.perf_counter()
         said_text = req.text
         if req.images and not failed:
@@ -201,6 +201,18 @@ class Agent:
                         "llm": llm_ms, "capture": (t_end - t_llm) * 1000,
                         "outside_llm": (t_end - t0) * 1000 - llm_ms},
             failed=failed, cancelled=cancelled)
+
+    def _model_trouble(self, exc: LLMError, req: TurnRequest) -> str:
+        """What the person is told when the model failed: a refused address and a silent server as
+        such, with what to run for whoever can run it (the terminal's person, an admin)."""
+        address = self.settings.model_address
+        can_act = req.channel == "console" or req.ctx.may_write_public
+        hint = f" {self.settings.down_hint[:1].upper()}{self.settings.down_hint[1:]}" if can_act and self.settings.down_hint else ""
+        if isinstance(exc, ModelUnreachable):
+            return prompts.LLM_UNREACHABLE_APOLOGY.format(address=address, hint=hint)
+        if isinstance(exc, ModelSilent):
+            return prompts.LLM_SILENT_APOLOGY.format(address=address, seconds=exc.seconds, hint=hint)
+        return prompts.LLM_DOWN_APOLOGY.format(address=address)
 
     async def _with_skills(self, block: str, query: str, space_ids: Sequence[str]) -> tuple[str, set[str]]:
         """Add at most `inject_skills` relevant skills (name + description) to the memory block;

@@ -3,16 +3,24 @@ failed and that the message was kept; the log and `memgate doctor` say what to r
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
 import sys
+import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bot.app import build_app
+from bot.config import load_settings
 from bot.model_servers import down_hint, shown_address
+from tests.fakes.channel import RecordingChannel
+from tests.fakes.llm_server import After, Delay
 
 ROOT = str(Path(__file__).resolve().parents[2])
 KEY = "sk-very-secret-key-123"
@@ -71,3 +79,79 @@ def test_the_shown_address_never_carries_credentials(user, password, token):
     url = f"https://{user}:{password}@llm.example:8443/v1?api_key={token}"
     shown = shown_address(url, "m")
     assert shown == "https://llm.example:8443/v1"
+
+
+# --- issue 27: a configuration error told from an outage, and an outage told at once ----------
+
+async def test_a_model_name_litellm_cannot_route_is_refused_at_start_naming_the_key(tmp_path):
+    # Found: MEMGATE_LLM_MODEL=qwen2.5 with no address was "not answering right now" after ~25 s.
+    env = _env(tmp_path, "")
+    del env["MEMGATE_LLM_API_BASE"]
+
+    async def memgate(*args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", *args, env=env, cwd=ROOT,
+                                                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(b"hello\n"), 120)
+        return proc.returncode, out.decode() + err.decode()
+
+    for code, out in await asyncio.gather(memgate("chat"), memgate("run"), memgate("doctor")):
+        lines = [line for line in out.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1, out
+        assert "'llm.model' (MEMGATE_LLM_MODEL) = 'qwen2.5'" in lines[0] and "ollama/qwen2.5" in lines[0], out
+    assert not (tmp_path / "data" / "memgate.duckdb").exists()  # refused before anything was opened
+
+
+@pytest.fixture
+def bot_at(tmp_path, clock, embedder):
+    """A running app (real gateway, agent, litellm, DuckDB) whose model is at `base`."""
+
+    @asynccontextmanager
+    async def run(base: str, **extra: str):
+        env = {**_env(tmp_path, base), "MEMGATE_ACCESS_OWNERS": "telegram:olive", "MEMGATE_ACCESS_DM_POLICY": "open",
+               "MEMGATE_LLM_MEMORY_LLM": "false", "MEMGATE_LLM_RETRIES": "2", **extra}
+        channel = RecordingChannel("telegram")
+        async with build_app(load_settings(None, env=env), channels=[channel], clock=clock.now, embedder=embedder) as app:
+            await app.warmed_up()  # the turns' times are the turns' own, not litellm's import
+            yield app, channel
+            await app.gateway.idle()
+
+    return run
+
+
+async def _ask(channel: RecordingChannel, user: str, text: str) -> tuple[str, float]:
+    n, t0 = len(channel.sent), time.monotonic()
+    await channel.say(user, text)
+    await channel.wait_for(n + 1, timeout=120)
+    return channel.sent[n].text, time.monotonic() - t0
+
+
+async def test_a_refused_address_is_told_at_once_with_the_address_and_what_to_run(bot_at):
+    # Found: ~24 s of retries, then "not answering", the hint only in the log.
+    base = f"http://127.0.0.1:{closed_port()}/v1"
+    async with bot_at(base) as (app, ch):
+        reply, took = await _ask(ch, "olive", "hello?")          # the owner: can start the server
+        assert base in reply and "connection refused" in reply and "kept" in reply
+        assert "ollama serve" in reply and "ollama pull qwen2.5" in reply
+        assert app.llm.usage.failures == {"reply": 1}       # one attempt: not retried twice
+        assert took < 10, took
+        reply, _ = await _ask(ch, "bob", "hello?")                # anyone else: told, not given commands
+        assert base in reply and "connection refused" in reply and "ollama" not in reply
+
+
+async def test_a_silent_server_is_told_after_the_first_token_timeout(bot_at, fake_llm):
+    # Found: a server that accepts and never answers gave a 120 s spinner, then no address.
+    never = asyncio.Event()
+    fake_llm.responder = lambda body: After(never.wait, "too late")
+    async with bot_at(fake_llm.base_url, MEMGATE_LLM_FIRST_TOKEN_TIMEOUT="1") as (app, ch):
+        reply, took = await _ask(ch, "olive", "are you there?")
+        assert fake_llm.base_url in reply and "sent nothing for 1 s" in reply and "ollama serve" in reply
+        assert len(fake_llm.requests) == 1 and took < 10, (fake_llm.requests, took)
+
+
+async def test_a_slow_first_token_within_the_timeout_is_waited_for_and_streamed(bot_at, fake_llm):
+    fake_llm.responder = lambda body: Delay(1.5, "Here is the slow answer.") if body.get("stream") else "not streamed"
+    async with bot_at(fake_llm.base_url, MEMGATE_LLM_FIRST_TOKEN_TIMEOUT="4") as (app, ch):
+        reply, took = await _ask(ch, "olive", "take your time")
+        assert reply == "Here is the slow answer." and took >= 1.5
+        assert app.llm.usage.failures == {} and app.llm.usage.completion_tokens["reply"] > 0
