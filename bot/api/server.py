@@ -141,7 +141,7 @@ class ApiServer:
         host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(self.settings.host, self.settings.host)
         self.url = f"http://{host}:{port}"
         self._publish()
-        log.info("API listening on %s", self.url)
+        log.info("API listening on %s:%s (reached at %s)", self.settings.host, port, self.url)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -45,14 +45,19 @@ async def _serve(settings: Settings, channels, *, until_console_closes: bool, se
             pass
     async with app:
         api = app.extras.get("api")
+        console = next((c for c in channels if c.name == "console"), None)
         if api is not None and api.url:
             # What a person opens next (the headless gateway's only face): on stdout, so a terminal,
-            # `docker compose logs` and the journal all show it.
-            print(f"memgate: dashboard at {dashboard_url(settings, api.url)} (log in with a key from "
-                  "`memgate keys create --user NAME`)", flush=True)
+            # `docker compose logs` and the journal all show it; but where stdout is a piped chat's
+            # replies, one "memgate: ..." line more would read as a reply, so it goes to the log.
+            shown = (f"memgate: dashboard at {dashboard_url(settings, api.url)} (log in with a key from "
+                     "`memgate keys create --user NAME`)")
+            if console is None or console.interactive:
+                print(shown, flush=True)
+            else:
+                log.info("%s", shown.removeprefix("memgate: "))
         elif not channels:
             raise MemgateError("nothing to serve: no channel is running and the API could not listen (see above)")
-        console = next((c for c in channels if c.name == "console"), None)
         waiters = [asyncio.create_task(stop.wait())]
         if until_console_closes and console is not None:
             waiters.append(asyncio.create_task(console.closed.wait()))
