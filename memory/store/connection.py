@@ -65,7 +65,9 @@ def connect(path: Path | str, *, read_only: bool = False) -> Conn:
         if "lock" in str(exc).lower():
             raise StoreLockedError(
                 f"the database {path} is in use by another memgate process (a running gateway?). "
-                "Stop it first, or point this command at another data folder."
+                "A gateway that serves its API ([api] enabled, the default) is reached through it by "
+                "`memgate chat` and the operator commands; otherwise stop it first, or point this command "
+                "at another data folder."
             ) from None
         raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0][:300]}") from None
     for package, name in (("duckdb_extension_vss", "vss"), ("duckdb_extension_fts", "fts")):
