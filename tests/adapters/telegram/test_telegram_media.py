@@ -75,7 +75,7 @@ async def chunks(app: App, like: str = "%") -> list[tuple[str, str, str]]:
 SPEECH = {"MEMGATE_SPEECH_MODEL": "whisper-1"}
 
 
-async def test_a_voice_note_is_transcribed_answered_and_remembered_as_voice(running, fake_llm):
+async def test_a_voice_note_is_transcribed_answered_and_remembered_as_voice(running, fake_llm, tmp_path):
     async with FakeTelegram() as tg, running(tg, **SPEECH, MEMGATE_SPEECH_API_BASE=fake_llm.base_url) as app:
         note = tg.inject_message(OWNER, voice=True, file_data=fake_audio("I fly to Lisbon on Friday"), duration=4)
         (seen,) = await answer(tg, note)
@@ -87,9 +87,10 @@ async def test_a_voice_note_is_transcribed_answered_and_remembered_as_voice(runn
         assert sent["file"]["data"] == tg.files[note["voice"]["file_id"]]
         assert tg.downloads == [note["voice"]["file_id"]]
         assert [t for _, t, _ in await chunks(app, "[voice]%")] == ["[voice] I fly to Lisbon on Friday"]
+        assert not (tmp_path / "data" / "media").exists()  # the audio is not kept unless configured
 
 
-async def test_without_a_speech_endpoint_the_note_waits_and_is_answered_once_one_is_set(running, fake_llm):
+async def test_without_a_speech_endpoint_the_note_waits_and_is_answered_once_one_is_set(running, fake_llm, tmp_path):
     async with FakeTelegram() as tg:
         async with running(tg) as app:
             note = tg.inject_message(OWNER, voice=True, file_data=fake_audio("buy oat milk"))
@@ -97,12 +98,15 @@ async def test_without_a_speech_endpoint_the_note_waits_and_is_answered_once_one
             assert "[speech] model" in NO_SPEECH_TEXT
             assert app.gateway.inbox.counts() == {"waiting": 1}
             assert tg.downloads == [] and fake_llm.transcription_requests == []
-        # The owner sets [speech] and restarts: the note is answered, once.
-        async with running(tg, **SPEECH, MEMGATE_SPEECH_API_BASE=fake_llm.base_url) as app:
+        # The owner sets [speech] (and asks to keep the audio) and restarts: the note is answered, once.
+        async with running(tg, **SPEECH, MEMGATE_SPEECH_API_BASE=fake_llm.base_url,
+                           MEMGATE_SPEECH_KEEP_AUDIO="true") as app:
             seen = await answer(tg, note, 2)
             assert seen[1].endswith("You said: [voice] buy oat milk")
             await app.gateway.idle()
             assert app.gateway.inbox.counts() == {"answered": 1}
+        (kept,) = (tmp_path / "data" / "media" / "voice").iterdir()
+        assert kept.read_bytes() == tg.files[note["voice"]["file_id"]] and kept.stat().st_mode & 0o777 == 0o600
 
 
 async def test_a_failed_transcription_is_one_line_and_the_note_is_tried_again_then_given_up(running, fake_llm, clock):
