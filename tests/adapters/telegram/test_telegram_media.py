@@ -146,8 +146,12 @@ async def test_too_long_or_too_big_is_refused_before_the_download(running, fake_
         zip_file = tg.inject_message(OWNER, document="photos.zip", file_data=b"PK\x03\x04")
         assert "text, Markdown and PDF" in (await answer(tg, zip_file))[0]
         assert tg.downloads == []  # nothing was fetched to be refused
+        # A file Telegram will not serve (getFile refuses it): one line, and the message is kept.
+        lost = tg.inject_message(OWNER, document="notes.txt", file_data=b"gone")
+        del tg.files[lost["document"]["file_id"]]
+        assert (await answer(tg, lost))[0] == "I could not fetch your file just now. I kept your message and will try again."
         await app.gateway.idle()
-        assert app.gateway.inbox.counts() == {"answered": 3}
+        assert app.gateway.inbox.counts() == {"answered": 3, "waiting": 1}
 
 
 async def test_a_photo_reaches_a_vision_model_and_what_it_showed_is_remembered(running, fake_llm):
