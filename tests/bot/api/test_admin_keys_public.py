@@ -41,3 +41,28 @@ async def test_keys_are_created_shown_once_listed_and_revoked(api):
     for bad in ({"scope": "god", "space_id": "u_alice"}, {"scope": "read"},
                 {"scope": "read", "space_id": "u_alice", "expires_s": -1}):
         assert (await api.call("POST", "/api/v1/admin/keys", admin, json=bad))[0] == 400, bad
+
+
+async def test_public_edit_and_forget_through_the_running_gateway_as_the_cli_does(tmp_path, embedder):
+    """`memgate public add|edit|forget` while the gateway runs (issue 24): RemoteOperator, the CLI's
+    own client, on the admin routes; a private memory's id is "not a public memory", never edited."""
+    import asyncio
+
+    from bot.operator.gateway_client import GatewayClient
+    from bot.operator.remote import RemoteOperator
+    from tests.bot.api.conftest import serve
+
+    async with serve(tmp_path, embedder) as api:
+        op = RemoteOperator(GatewayClient(api.app.extras["api"].url, api.key(scope="admin")))
+        alice = api.key("u_alice")
+        _, private, _ = await api.call("POST", "/api/v1/memories", alice, json={"content": "my locker code is 4512"})
+        first = await asyncio.to_thread(op.public_add, "Lunch is at noon")
+        edited = await asyncio.to_thread(op.public_edit, first, "Lunch is at one")
+        assert edited and edited != first
+        listed = await asyncio.to_thread(op.list, "public", ("fact", "chunk"), 50)
+        assert [(m.id, m.text) for m in listed] == [(edited, "Lunch is at one")]
+        assert await asyncio.to_thread(op.public_edit, private["id"], "hacked") is None
+        assert await asyncio.to_thread(op.public_forget, private["id"]) is False
+        assert (await api.call("GET", f"/api/v1/memories/{private['id']}", alice))[1]["text"] == "my locker code is 4512"
+        assert await asyncio.to_thread(op.public_forget, edited) is True
+        assert await asyncio.to_thread(op.list, "public", ("fact", "chunk"), 50) == []
