@@ -9,6 +9,7 @@ database.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -89,6 +90,26 @@ def open_store(settings: Settings, extra: Sequence = ()) -> Store:
     return open_backend(settings.store_url, dim, extra_migrations=migrations, password=settings.secret("store_password"))
 
 
+# Threads for the blocking calls the loop hands off (asyncio.to_thread: every database read and
+# write, recall, embeddings, synchronous HTTP clients). Python's default is cores + 4 = 6 on a
+# 2-core machine; with 30 busy chats most of those sat waiting for the writer or a socket while
+# the next turn's calls queued behind them: 200-300 ms of waiting per call, ~10 calls a turn.
+# A waiting thread costs no CPU, so the pool is sized for waiting, not for the cores.
+BLOCKING_THREADS = 32
+_sized_loops: weakref.WeakSet = weakref.WeakSet()
+
+
+def _enough_blocking_threads(loop) -> None:
+    """Give the loop a default executor of BLOCKING_THREADS threads (once per loop; asyncio.run
+    shuts it down with the loop)."""
+    if loop in _sized_loops:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop.set_default_executor(ThreadPoolExecutor(BLOCKING_THREADS, thread_name_prefix="memgate-blocking"))
+    _sized_loops.add(loop)
+
+
 @dataclass
 class App:
     settings: Settings
@@ -124,6 +145,7 @@ class App:
     async def __aenter__(self) -> App:
         import asyncio
 
+        _enough_blocking_threads(asyncio.get_running_loop())
         # Heavy libraries load in a thread while the loop already serves (DESIGN section 8).
         self._warming = asyncio.create_task(asyncio.to_thread(self._warm_up), name="warm-up")
         self._stack.push_async_callback(asyncio.wait, [self._warming])

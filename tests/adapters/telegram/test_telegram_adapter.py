@@ -535,3 +535,24 @@ async def test_an_update_the_gateway_could_not_record_is_not_confirmed_and_comes
     # the gateway does not record it ahead of the refused one, and recognises it when it comes again).
     assert seen == ["keep me", "and me", "keep me", "and me"]
     await tg.wait_until(lambda: tg.pending_updates == 0)
+
+
+async def test_a_batch_is_handed_on_chats_at_once_each_chat_in_order(tg: FakeTelegram, adapter: TelegramAdapter) -> None:
+    """One getUpdates batch: a chat whose recording is slow holds up its own later messages
+    only, not the other chats' (one by one, 30 chats waited for 30 commits in a row)."""
+    for user, text in ((1, "a1"), (1, "a2"), (2, "b1"), (1, "a3")):
+        tg.inject_message(user, text)
+    seen: list[str] = []
+    b_recorded = asyncio.Event()
+
+    async def recording(message: Message) -> None:
+        if message.text == "a1":
+            await asyncio.wait_for(b_recorded.wait(), 10)
+        seen.append(message.text)
+        if message.text == "b1":
+            b_recorded.set()
+
+    await adapter.start(recording)
+    await tg.wait_until(lambda: len(seen) == 4)
+    assert seen == ["b1", "a1", "a2", "a3"]
+    await tg.wait_until(lambda: tg.pending_updates == 0)

@@ -182,3 +182,13 @@ async def test_llm_usage_is_charged_to_the_space_of_the_turn_and_its_ingestion(b
     total = app.store.read(lambda c: c.execute(
         "SELECT count(*) FROM llm_usage WHERE purpose IN ('reply', 'ingest')").fetchone()[0])
     assert sum(n for space, purpose, n in rows if purpose in ("reply", "ingest")) == total
+
+
+async def test_the_gateway_hands_off_many_blocking_calls_at_once(bot):
+    """30 chats' reads and writes wait on the database and sockets together: the loop's pool
+    runs 24 waiting calls at once (Python's default on 2 cores is 6, and they queued)."""
+    import asyncio
+    import threading
+
+    meeting = threading.Barrier(24, timeout=20)
+    await asyncio.gather(*(asyncio.to_thread(meeting.wait) for _ in range(24)))
