@@ -68,7 +68,7 @@ def record_json(r: MemoryRecord) -> dict[str, Any]:
     if r.pinned:
         d["pinned"] = True
     if r.tags:
-        d["tags"] = list(r.tags)
+        d["tags"] = [neutralize(t) for t in r.tags]
     return d
 
 
