@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import getpass
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,8 +58,12 @@ class LocalDoor:
         embedder = await asyncio.to_thread(self.embedder)
         try:
             app = await asyncio.to_thread(open_app, self.settings, embedder=embedder)
-        except StoreLockedError as exc:
-            raise ToolError(f"{exc}; try again in a moment") from None
+        except StoreLockedError:
+            # No gateway answered, yet something holds the file: a gateway serving no API, or one
+            # starting right now.
+            raise ToolError("the memgate database is in use by another process and no gateway API answers: "
+                            "a running gateway needs [api] enabled = true for memgate mcp to go through it "
+                            "(or it is just starting: try again in a moment)") from None
         try:
             return await (await self._door(app)).call(tool, args)
         finally:
@@ -116,6 +121,10 @@ def cmd_mcp(settings: Settings, args) -> int:
         raise ConfigError(f"give either {KEY_ENV} (a key names its space) or --user, not both")
     if key and not key.startswith("mg_"):
         raise ConfigError(f"{KEY_ENV} is not a memgate API key (they start with mg_; memgate keys create --user NAME)")
+    if sys.stdin is not None and sys.stdin.isatty():
+        # Started by hand: it would sit waiting for JSON-RPC. Say what it is for, then serve anyway.
+        print("memgate mcp speaks MCP on stdin/stdout: an MCP client starts it (docs/mcp.md has the configs "
+              "for Claude Code, Cursor and OpenClaw). Ctrl-D ends it.", file=sys.stderr)
     serve(settings, key, args.user or default_user(settings))
     return 0
 

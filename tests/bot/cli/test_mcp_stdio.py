@@ -105,3 +105,14 @@ async def test_with_the_gateways_own_token_for_a_named_person(gw):
     assert not res.is_error
     yan = await gw.app.access.identity("console", "yan")
     assert [r.text for r in await gw.app.engine.get([res.structured_content["id"]], [yan.space_id])] == ["Yan reads on trains"]
+
+
+async def test_a_bad_key_is_one_clear_line(tmp_path):
+    import asyncio
+    import subprocess
+
+    out = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", "mcp"], env=env_for(tmp_path, MEMGATE_API_KEY="hunter2"),
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    assert out.stderr.strip() == ("memgate: MEMGATE_API_KEY is not a memgate API key (they start with mg_; "
+                                  "memgate keys create --user NAME)")
