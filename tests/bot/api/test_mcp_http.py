@@ -1,6 +1,6 @@
 """MCP over streamable HTTP at the gateway's /mcp, driven by the official SDK's client: one real
-gateway (DuckDB file, real embedder) for the whole module; API keys bound every call to their space
-and scope, a revoked key is refused, and stored text comes back as data."""
+gateway (real embedder) for the whole module on each backend (DuckDB, PostgreSQL); API keys bound
+every call to their space and scope, a revoked key is refused, and stored text comes back as data."""
 
 from __future__ import annotations
 
@@ -18,11 +18,18 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 TOOLS = {"search", "store", "get", "recent", "forget", "timeline", "pulse"}
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def gw(tmp_path_factory, embedder):
-    async with serve(tmp_path_factory.mktemp("mcp"), embedder) as api:
-        api.mcp_url = api.app.extras["api"].url + "/mcp"
-        yield api
+@pytest_asyncio.fixture(scope="module", loop_scope="module",
+                        params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def gw(request, tmp_path_factory, embedder):
+    """One gateway per backend for the module (a DuckDB file, or a fresh PostgreSQL schema)."""
+    schema, url = request.getfixturevalue("postgres").fresh_schema() if request.param == "postgres" else (None, "")
+    try:
+        async with serve(tmp_path_factory.mktemp("mcp"), embedder, url) as api:
+            api.mcp_url = api.app.extras["api"].url + "/mcp"
+            yield api
+    finally:
+        if schema:
+            request.getfixturevalue("postgres").drop_schema(schema)
 
 
 async def test_store_search_get_forget(gw):
