@@ -24,7 +24,9 @@ def test_a_reply_round_trips_through_the_outbox_json(text, blob, which):
 
 
 MEDIA = st.builds(Media, kind=st.sampled_from([Kind.PHOTO, Kind.VOICE, Kind.FILE, Kind.VIDEO, Kind.STICKER]),
-                  ref=st.text(max_size=30))
+                  ref=st.text(max_size=30), mime=st.text(max_size=12), name=st.text(max_size=20),
+                  size=st.none() | st.integers(0, 2**40), duration=st.none() | st.floats(0, 1e5),
+                  transcript=st.text(max_size=40))
 
 
 @given(text=st.text(), name=st.text(max_size=20), media=st.lists(MEDIA, max_size=3).map(tuple),
@@ -35,5 +37,15 @@ def test_an_accepted_message_round_trips_through_the_inbox_json(text, name, medi
                   kind=kind, is_group=group, timestamp=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=minutes),
                   message_id=ids[0], thread_id=ids[1])
     back = message_from_json(message_to_json(msg))
-    assert back == replace(msg, text=redact(text))  # stored redacted, everything else as it came
-    assert back.text_for_agent == replace(msg, text=redact(text)).text_for_agent
+    # Stored redacted (the text, and WeChat's transcript of a voice note), everything else as it came.
+    stored = replace(msg, text=redact(text), media=tuple(replace(m, transcript=redact(m.transcript)) for m in media))
+    assert back == stored
+    assert back.text_for_agent == stored.text_for_agent
+
+
+def test_a_voice_notes_transcript_is_not_at_rest_with_its_secret():
+    said = "my api key is sk-abcdefghijklmnopqrstuvwx1234 ok"
+    msg = Message(channel="wechat", chat_id="u", sender_id="u", text=said, timestamp=datetime(2026, 1, 1, tzinfo=UTC),
+                  kind=Kind.VOICE, media=(Media(Kind.VOICE, "", transcript=said),))
+    stored = message_to_json(msg)
+    assert "sk-abcdefghijklmnopqrstuvwx1234" not in stored and "[REDACTED_KEY]" in stored
