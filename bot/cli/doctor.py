@@ -74,7 +74,9 @@ def cmd_doctor(settings: Settings, args) -> int:
         report(True, f"database in use by a running gateway ({exc})")
     except Exception as exc:
         report(False, f"database {settings.store_url}: {exc}", "check data_dir (or [store] url) and its permissions")
-    report(True, _dashboard_line(settings))
+    address = _api_address(settings) if settings.api.enabled else None
+    report(True, _dashboard_line(settings, address))
+    report(True, _mcp_line(settings, address))
     if not settings.llm_configured:
         report(False, "no LLM configured", NO_LLM_TEXT.replace("\n", "\n       "))
     else:
@@ -99,20 +101,36 @@ def cmd_doctor(settings: Settings, args) -> int:
     return 1 if problems else 0
 
 
-def _dashboard_line(settings: Settings) -> str:
-    """Where the dashboard is: the running gateway's address, else where `memgate run` will serve it."""
+def _api_address(settings: Settings) -> tuple[str, bool]:
+    """The API's address and whether a gateway serves it now: the running gateway's, else where
+    `memgate run` will listen."""
     from bot.operator.gateway_client import find_gateway
 
-    a = settings.api
-    if not a.enabled:
-        return "the API and dashboard are off ([api] enabled = false)"
     client = find_gateway(settings.data_path)
     if client is not None:
-        return f"dashboard at {dashboard_url(settings, client.url)} (served by the running gateway)"
+        return client.url, True
+    a = settings.api
     host = "127.0.0.1" if a.host in ("", "0.0.0.0", "::") else a.host
-    port = a.port or "PORT"
-    return f"dashboard at {dashboard_url(settings, f'http://{host}:{port}')} once `memgate run` is up" + \
-        (" (port 0: any free port, printed at start)" if not a.port else "")
+    return f"http://{host}:{a.port or 'PORT'}", False
+
+
+def _dashboard_line(settings: Settings, address: tuple[str, bool] | None) -> str:
+    """Where the dashboard is: the running gateway's address, else where `memgate run` will serve it."""
+    if address is None:
+        return "the API and dashboard are off ([api] enabled = false)"
+    url, running = address
+    if running:
+        return f"dashboard at {dashboard_url(settings, url)} (served by the running gateway)"
+    return f"dashboard at {dashboard_url(settings, url)} once `memgate run` is up" + \
+        (" (port 0: any free port, printed at start)" if not settings.api.port else "")
+
+
+def _mcp_line(settings: Settings, address: tuple[str, bool] | None) -> str:
+    """Where other agents reach the memory (docs/mcp.md)."""
+    if address is None:
+        return "MCP for other agents: `memgate mcp` (stdio); no /mcp while the API is off"
+    return f"MCP for other agents: `memgate mcp` (stdio), or {dashboard_url(settings, address[0])}mcp " \
+        "(streamable HTTP, an API key as Bearer); docs/mcp.md"
 
 
 class _ModelCheck(threading.Thread):

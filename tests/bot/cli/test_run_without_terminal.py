@@ -129,6 +129,8 @@ async def test_run_with_only_the_api_and_no_terminal_serves_and_stays_up(tmp_pat
         doctor = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bot.cli", "doctor"], env=env, cwd=ROOT,
                                          capture_output=True, text=True, timeout=300)
         assert f"[ok] dashboard at {url}/ (served by the running gateway)" in doctor.stdout.splitlines(), doctor.stdout
+        assert f"[ok] MCP for other agents: `memgate mcp` (stdio), or {url}/mcp (streamable HTTP, an API key as " \
+            "Bearer); docs/mcp.md" in doctor.stdout.splitlines(), doctor.stdout
     assert f"memgate: dashboard at {url}/ (log in with a key from `memgate keys create --user NAME`)" in out
     assert not any("Traceback" in line for line in err)
 
