@@ -8,6 +8,7 @@ its import otherwise fetches the model cost map from the internet.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -140,6 +141,8 @@ class LLMSettings:
     retry_outages: bool = True
 
 
+STREAM_CHARS_PER_TOKEN = 16
+
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)
 
 
@@ -264,18 +267,30 @@ class LiteLLM:
         async def opening():
             stream = await lib.acompletion(**kwargs)
             chunks = aiter(stream)
-            return chunks, await anext(chunks)
+            return stream, chunks, await anext(chunks)
 
         try:
-            chunks, first = await asyncio.wait_for(opening(), timeout=first_wait)
+            stream, chunks, first = await asyncio.wait_for(opening(), timeout=first_wait)
         except TimeoutError:
             raise ModelSilent(f"no first token within {first_wait:g} s", first_wait) from None
-        got = [first]
-        while True:
+        # A server that ignores max_tokens (a runaway, or a fake) is not read forever: past what
+        # max_tokens could hold even at a generous 16 characters a token, the answer is cut there.
+        budget = STREAM_CHARS_PER_TOKEN * int(kwargs.get("max_tokens") or s.max_tokens)
+        got, chars = [first], 0
+        while chars <= budget:
             try:
-                got.append(await asyncio.wait_for(anext(chunks), timeout=s.timeout))
+                chunk = await asyncio.wait_for(anext(chunks), timeout=s.timeout)
             except StopAsyncIteration:
                 break
+            got.append(chunk)
+            delta = chunk.choices[0].delta if getattr(chunk, "choices", None) else None
+            chars += len(getattr(delta, "content", None) or "")
+        else:
+            log.warning("streamed answer cut at %d characters (max_tokens %s)", chars, kwargs.get("max_tokens"))
+            closing = getattr(stream, "aclose", None)
+            if closing is not None:
+                with contextlib.suppress(Exception):
+                    await closing()
         resp = lib.stream_chunk_builder(got, messages=kwargs["messages"])
         if resp is None or not getattr(resp, "choices", None):
             raise LLMError("the streamed answer was empty")
