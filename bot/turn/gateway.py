@@ -264,11 +264,14 @@ class Gateway:
 
     async def _retry_media(self) -> None:
         """Queue again what waits for its attachment: everything at the start, then every `media_retry` s."""
-        first = True
+        await self.retry_waiting(everything=True)
+        if self.media is not None:
+            # Whether the model sees is litellm's answer (its import is seconds of CPU): asked here,
+            # off the event loop, rather than by the first photo on it.
+            await asyncio.to_thread(lambda: self.media.vision)
         while True:
-            await self.retry_waiting(everything=first)
-            first = False
             await asyncio.sleep(self.settings.media_retry)
+            await self.retry_waiting()
 
     async def retry_waiting(self, *, everything: bool = False) -> int:
         """Queue the waiting messages that are due again (bot.turn.attachments); returns how many."""
