@@ -100,14 +100,16 @@ def serve(settings: Settings, key: str | None, user: str) -> None:
     # root has a handler before the SDK's server is built, so its logging.basicConfig does nothing.
     setup_logging(settings, to_file=False, to_stderr=logging.WARNING)
     local = LocalDoor(settings, key, user)
+    lines: dict[tuple[str, str], GatewayDoor] = {}   # one session per gateway address and token
 
     async def door_for(ctx):
         gateway = await asyncio.to_thread(find_gateway, settings.data_path)
         if gateway is None:
             return local
-        if key:
-            return GatewayDoor(gateway.url + "/mcp", key)
-        return GatewayDoor(gateway.url + "/mcp", gateway.token, user)
+        url, token = gateway.url + "/mcp", key or gateway.token
+        if (url, token) not in lines:
+            lines[(url, token)] = GatewayDoor(url, token, None if key else user)
+        return lines[(url, token)]
 
     asyncio.run(build_server(door_for).run_stdio_async())
 
