@@ -15,10 +15,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import logging
 import os
 import sys
-import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 from bot.config import Settings
@@ -31,43 +30,37 @@ def default_user(settings: Settings) -> str:
     return settings.channels.console.user or os.environ.get("USER") or getpass.getuser() or "me"
 
 
-@dataclass
 class LocalDoor:
-    """The database itself, opened for one call at a time (the embedding model is loaded once)."""
+    """The database itself, opened for one call at a time (the embedding model is loaded once).
+    Calls take turns: a client may send several at once, and each opens and closes the file."""
 
-    settings: Settings
-    key: str | None
-    user: str
-    _embedder: Any = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def embedder(self):
-        from bot.app import make_embedder
-
-        with self._lock:
-            if self._embedder is None:
-                self._embedder = make_embedder(self.settings)
-            return self._embedder
+    def __init__(self, settings: Settings, key: str | None, user: str) -> None:
+        self.settings, self.key, self.user = settings, key, user
+        self._embedder: Any = None
+        self._turn = asyncio.Lock()
 
     async def call(self, tool: str, args: dict[str, Any]):
         from mcp.server.mcpserver.exceptions import ToolError
 
+        from bot.app import make_embedder
         from bot.cli.reach import open_app
         from bot.errors import StoreLockedError
 
-        embedder = await asyncio.to_thread(self.embedder)
-        try:
-            app = await asyncio.to_thread(open_app, self.settings, embedder=embedder)
-        except StoreLockedError:
-            # No gateway answered, yet something holds the file: a gateway serving no API, or one
-            # starting right now.
-            raise ToolError("the memgate database is in use by another process and no gateway API answers: "
-                            "a running gateway needs [api] enabled = true for memgate mcp to go through it "
-                            "(or it is just starting: try again in a moment)") from None
-        try:
-            return await (await self._door(app)).call(tool, args)
-        finally:
-            await asyncio.to_thread(app.store.close)
+        async with self._turn:
+            if self._embedder is None:
+                self._embedder = await asyncio.to_thread(make_embedder, self.settings)
+            try:
+                app = await asyncio.to_thread(open_app, self.settings, embedder=self._embedder)
+            except StoreLockedError:
+                # No gateway answered, yet something holds the file: a gateway serving no API, or
+                # one starting right now.
+                raise ToolError("the memgate database is in use by another process and no gateway API answers: "
+                                "a running gateway needs [api] enabled = true for memgate mcp to go through it "
+                                "(or it is just starting: try again in a moment)") from None
+            try:
+                return await (await self._door(app)).call(tool, args)
+            finally:
+                await asyncio.to_thread(app.store.close)
 
     async def _door(self, app):
         from mcp.server.mcpserver.exceptions import ToolError
@@ -88,13 +81,10 @@ class LocalDoor:
 
 def serve(settings: Settings, key: str | None, user: str) -> None:
     """Serve stdio until the client closes it."""
+    from bot.logs import setup_logging
     from bot.mcp.remote import GatewayDoor
     from bot.mcp.server import build_server
     from bot.operator.gateway_client import find_gateway
-
-    import logging
-
-    from bot.logs import setup_logging
 
     # Standard output is the protocol's: records go to stderr only (the client shows them), and
     # root has a handler before the SDK's server is built, so its logging.basicConfig does nothing.
