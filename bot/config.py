@@ -128,6 +128,34 @@ class TelegramConfig(_Section):
     enabled: bool = False
     base_url: str = ""                  # a local Bot API server; empty = api.telegram.org
     poll_timeout: float = Field(30.0, gt=0, le=300)
+    # Where the Bot API is blocked (mainland China): every Bot API call goes through this proxy.
+    proxy: str = ""                     # http://host:port or socks5://host:port; empty = direct
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy_url(cls, value: str) -> str:
+        return check_proxy_url(value)
+
+
+PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
+
+
+def check_proxy_url(value: str) -> str:
+    """A proxy address as httpx takes it (HTTP or SOCKS5, with a port), or "" for none."""
+    from urllib.parse import urlsplit
+
+    value = value.strip()
+    if not value:
+        return ""
+    try:
+        url = urlsplit(value)
+        port = url.port
+    except ValueError:
+        port = None
+    if url.scheme not in PROXY_SCHEMES or not url.hostname or port is None:
+        raise ValueError(f"a proxy is {' or '.join(f'{s}://HOST:PORT' for s in ('http', 'socks5'))} "
+                         f"(https and socks5h too), not {value!r}")
+    return value
 
 
 class WechatConfig(_Section):

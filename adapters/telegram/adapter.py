@@ -82,6 +82,7 @@ class TelegramAdapter:
         network_retries: int = 2,
         retry_delay: float = 1.0,
         request_timeout: float = 20.0,
+        proxy: str | None = None,
     ) -> None:
         if not token:
             raise ChannelError("telegram: a bot token is required")
@@ -95,6 +96,7 @@ class TelegramAdapter:
         self._typing_interval = typing_interval
         self._retry_delay = retry_delay
         self._request_timeout = request_timeout
+        self._proxy = proxy or None  # HTTP or SOCKS5 (httpx, with socksio for SOCKS)
         self._app: Application | None = None
         self._poll_task: asyncio.Task[None] | None = None
         self._offset = 0  # the next update id to fetch: everything below it is recorded
@@ -226,6 +228,9 @@ class TelegramAdapter:
             .get_updates_read_timeout(self._request_timeout)
             .get_updates_pool_timeout(self._request_timeout)
         )
+        if self._proxy:
+            # Both of PTB's HTTP clients: the one that sends and the one that long-polls.
+            builder = builder.proxy(self._proxy).get_updates_proxy(self._proxy)
         if self._base_url:
             builder = builder.base_url(self._base_url)
         if self._base_file_url:

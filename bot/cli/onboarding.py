@@ -23,11 +23,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bot.cli.setup_files import SetupChoices, write_setup
-from bot.config import load_settings
+from bot.config import check_proxy_url, load_settings
 from bot.errors import ConfigError, MemgateError
 from bot.model_servers import KNOWN_SERVERS, OLLAMA, FoundServer, detect, down_hint, probe, shown_address
 
 TELEGRAM_API = "https://api.telegram.org/bot"
+YES, NO = frozenset({"y", "yes"}), frozenset({"n", "no"})
+SKIP_WORDS = frozenset({"skip", "s", "later"})
 OWNER_WAIT_SECONDS = 120.0
 
 
@@ -44,6 +46,7 @@ class OnboardFlags:
     channels: tuple[str, ...] = ()
     telegram_token_env: str = ""
     telegram_api_base: str = ""
+    telegram_proxy: str = ""
     owner: tuple[str, ...] = ()
     console_user: str = ""
     force: bool = False
@@ -70,8 +73,27 @@ class TerminalAsker:
             raise MemgateError("onboarding stopped (no more input); nothing was written") from None
 
     def yes(self, question: str, default: bool) -> bool:
-        answer = self.ask(f"{question} {'[Y/n]' if default else '[y/N]'}", "").lower()
-        return default if not answer else answer.startswith("y")
+        while True:
+            answer = self.ask(f"{question} {'[Y/n]' if default else '[y/N]'}", "").lower()
+            if not answer:
+                return default
+            if answer in YES or answer in NO:
+                return answer in YES
+            self.say("  please answer y or n")
+
+    def pick(self, question: str, count: int, default: str = "1", *, names: tuple[str, ...] = ()) -> int | str | None:
+        """A menu of `count` numbered items: the 0-based index picked, one of `names` typed out,
+        or None for "skip". Anything else is refused and asked again ("9" of 3 is not item 3)."""
+        while True:
+            answer = self.ask(question, default)
+            if answer.lower() in SKIP_WORDS:
+                return None
+            if answer.isdigit() and 1 <= int(answer) <= count:
+                return int(answer) - 1
+            if answer in names:
+                return answer
+            self.say(f"  {answer!r} is not on the list: a number from 1 to {count}"
+                     + (", a name shown" if names else "") + ", or skip")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,34 +125,49 @@ async def test_model(api_base: str, model: str, key: str | None) -> str:
     return (out.content or "").strip()[:60]
 
 
-async def telegram_get_me(base: str, token: str) -> str:
-    """The bot's @username for this token (getMe), or MemgateError."""
-    import aiohttp
+class BotApiUnreachable(MemgateError):
+    """The Bot API did not answer at all (blocked, no route, timed out): a proxy may help."""
+
+
+def _telegram_http(proxy: str, timeout: float):
+    import httpx
+
+    # An explicit proxy, or none: never one from the environment that the gateway would not use.
+    return httpx.AsyncClient(proxy=proxy or None, timeout=timeout, trust_env=False)
+
+
+async def telegram_get_me(base: str, token: str, proxy: str = "") -> str:
+    """The bot's @username for this token (getMe), or MemgateError (BotApiUnreachable when no
+    answer came at all)."""
+    import httpx
 
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http, \
-                http.get(f"{base}{token}/getMe") as resp:
-            body = await resp.json(content_type=None)
-    except (aiohttp.ClientError, TimeoutError, ValueError, OSError) as exc:
-        raise MemgateError(f"could not reach the Telegram Bot API at {base.removesuffix('/bot')}: {exc}") from None
+        async with _telegram_http(proxy, 15) as http:
+            resp = await http.get(f"{base}{token}/getMe")
+        body = resp.json()
+    except (httpx.HTTPError, ValueError, OSError) as exc:
+        # The URL holds the token: only the kind of failure is shown.
+        how = f" through the proxy {proxy}" if proxy else ""
+        raise BotApiUnreachable(f"could not reach the Telegram Bot API at {base.removesuffix('/bot')}{how}: "
+                                f"{type(exc).__name__}") from None
     if not isinstance(body, dict) or not body.get("ok"):
         why = body.get("description") if isinstance(body, dict) else "no answer"
         raise MemgateError(f"Telegram refused the token ({why}): copy it again from @BotFather")
     return "@" + str(body["result"].get("username", "?"))
 
 
-async def telegram_first_sender(base: str, token: str, wait: float) -> tuple[int, str] | None:
+async def telegram_first_sender(base: str, token: str, wait: float, proxy: str = "") -> tuple[int, str] | None:
     """The id and name of the first person who writes to the bot in private (getUpdates, nothing
     confirmed: the gateway answers that message later as any other)."""
-    import aiohttp
+    import httpx
 
     deadline = time.monotonic() + wait
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=40)) as http:
+    async with _telegram_http(proxy, 40) as http:
         while time.monotonic() < deadline:
             try:
-                async with http.get(f"{base}{token}/getUpdates", params={"timeout": "5"}) as resp:
-                    body = await resp.json(content_type=None)
-            except (aiohttp.ClientError, TimeoutError, ValueError, OSError):
+                resp = await http.get(f"{base}{token}/getUpdates", params={"timeout": "5"})
+                body = resp.json()
+            except (httpx.HTTPError, ValueError, OSError):
                 await asyncio.sleep(1)
                 continue
             for update in body.get("result") or () if isinstance(body, dict) else ():
@@ -168,6 +205,10 @@ async def _choose_model(flags: OnboardFlags, asker: TerminalAsker | None) -> tup
         return api_base, model, found, key
     while True:
         api_base, model, found, key = await _ask_model(flags, asker, key)
+        if not model:
+            asker.say("  no model for now: memgate answers commands only until one is set "
+                      "(`memgate onboard` again, or MEMGATE_LLM_MODEL / MEMGATE_LLM_API_BASE)")
+            return api_base, model, found, key
         asker.say(f"Testing {model} at {shown_address(api_base, model)} with one short call...")
         try:
             answer = await test_model(api_base, model, key)
@@ -194,20 +235,27 @@ async def _ask_model(flags: OnboardFlags, asker: TerminalAsker, key: str | None)
             models = ", ".join(s.models[:8]) or "no models yet"
             asker.say(f"  {n}) {s.label}: {models}")
         asker.say(f"  {len(servers) + 1}) something else (another address, or a hosted model through litellm)")
-        pick = asker.ask("Which one?", "1")
-        index = int(pick) - 1 if pick.isdigit() else -1
-        if 0 <= index < len(servers):
+        index = asker.pick("Which one? (or skip: no model for now)", len(servers) + 1, "1")
+        if index is None:
+            return "", "", "", key
+        if isinstance(index, int) and index < len(servers):
             s = servers[index]
             if not s.models:
                 asker.say(f"  it has no model yet: {OLLAMA.pull.format(model='qwen2.5')} (for Ollama), then run onboard again")
+                return s.api_base, "", s.label, key
             for n, m in enumerate(s.models, 1):
                 asker.say(f"    {n}) {m}")
-            choice = asker.ask("Which model? (number or name)", "1")
-            model = s.models[int(choice) - 1] if choice.isdigit() and 0 < int(choice) <= len(s.models) else choice
+            choice = asker.pick("Which model? (number or name)", len(s.models), "1", names=tuple(s.models))
+            if choice is None:
+                return "", "", "", key
+            model = s.models[choice] if isinstance(choice, int) else choice
             return s.api_base, model, s.label, key
     else:
         asker.say("  " + _nothing_found())
-    where = asker.ask("An OpenAI-compatible address (http://...), or a litellm model name (e.g. openai/gpt-4o-mini)")
+    where = asker.ask("An OpenAI-compatible address (http://...), a litellm model name (e.g. openai/gpt-4o-mini), "
+                      "or Enter to skip (no model for now)")
+    if not where or where.lower() in SKIP_WORDS:
+        return "", "", "", key
     if where.startswith(("http://", "https://")):
         server = await probe(where)
         listed = ", ".join(server.models[:8]) if server and server.models else ""
@@ -253,10 +301,14 @@ async def run_onboard(flags: OnboardFlags, asker: TerminalAsker | None,
     unknown = channels - {"console", "telegram", "wechat"}
     if unknown:
         raise ConfigError(f"--channels: unknown channel {', '.join(sorted(unknown))} (console, telegram, wechat)")
+    later: list[str] = []
     if "telegram" in channels:
         choices, token = await _telegram(flags, asker, choices)
-        secrets["TELEGRAM_BOT_TOKEN"] = token
-    later: list[str] = []
+        if token is None:
+            channels.discard("telegram")
+            later.append(f"Telegram: skipped; add it later with `memgate --config {config} onboard` (it keeps the rest)")
+        else:
+            secrets["TELEGRAM_BOT_TOKEN"] = token
     if "wechat" in channels:
         choices = replace(choices, wechat=True)
         if asker is not None and wechat_login is not None and asker.yes("Log the WeChat bot in now (QR code)?", True):
@@ -268,30 +320,52 @@ async def run_onboard(flags: OnboardFlags, asker: TerminalAsker | None,
     # What was written must start: read it back exactly as `memgate run` will.
     load_settings(config, env={k: v for k, v in os.environ.items() if not k.startswith(("MEMGATE_", "TELEGRAM_"))})
     start = f"memgate --config {config} run"
-    summary = (f"model: {model} at {shown_address(api_base, model)}",
+    if not model:
+        later.append(f"model: none yet; set it with `memgate --config {config} onboard` or MEMGATE_LLM_MODEL")
+    summary = (f"model: {model} at {shown_address(api_base, model)}" if model else "model: none yet",
                f"channels: {', '.join(['console', *sorted(channels - {'console'})])}",
                f"owners: {', '.join(choices.owners)}",
                f"config: {config}" + (f" (secrets in {env_path}, mode 600)" if env_path else ""), *later)
     return Outcome(config, env_path, start, summary)
 
 
-async def _telegram(flags: OnboardFlags, asker: TerminalAsker | None, choices: SetupChoices) -> tuple[SetupChoices, str]:
+async def _telegram(flags: OnboardFlags, asker: TerminalAsker | None,
+                    choices: SetupChoices) -> tuple[SetupChoices, str | None]:
+    """Telegram's part of the choices and the token; token None: skipped, for later."""
     base = flags.telegram_api_base or TELEGRAM_API
+    try:
+        proxy = check_proxy_url(flags.telegram_proxy)
+    except ValueError as exc:
+        raise ConfigError(f"--telegram-proxy: {exc}") from None
     if asker is None:
         var = flags.telegram_token_env or "TELEGRAM_BOT_TOKEN"
         token = os.environ.get(var, "")
         if not token:
             raise ConfigError(f"Telegram: set the bot token in ${var} (or name another variable with --telegram-token-env)")
-        bot = await telegram_get_me(base, token)
+        try:
+            bot = await telegram_get_me(base, token, proxy)
+        except BotApiUnreachable as exc:
+            raise MemgateError(f"{exc}" + ("" if proxy else "; where Telegram is blocked pass --telegram-proxy "
+                                           "socks5://HOST:PORT (or http://HOST:PORT)")) from None
     else:
-        asker.say("  Make a bot with @BotFather in Telegram (/newbot) and paste its token.")
+        asker.say("  Make a bot with @BotFather in Telegram (/newbot) and paste its token (Enter alone: skip Telegram for now).")
+        token = ""
         while True:
-            token = asker.secret("  Telegram bot token")
+            if not token:
+                token = asker.secret("  Telegram bot token")
+                if not token:
+                    return choices, None
             try:
-                bot = await telegram_get_me(base, token)
+                bot = await telegram_get_me(base, token, proxy)
                 break
-            except MemgateError as exc:
+            except BotApiUnreachable as exc:
                 asker.say(f"  {exc}")
+                proxy = _ask_proxy(asker, proxy)
+                if not proxy:
+                    return choices, None        # unreachable and no proxy: Telegram waits for later
+            except MemgateError as exc:        # the token was refused: paste it again
+                asker.say(f"  {exc}")
+                token = ""
         asker.say(f"  ok: the token belongs to {bot}")
     owners = tuple(o for o in flags.owner if o.startswith("telegram:"))
     if asker is not None and not owners:
@@ -300,7 +374,7 @@ async def _telegram(flags: OnboardFlags, asker: TerminalAsker | None, choices: S
             owners = (f"telegram:{typed}",)
         else:
             asker.say(f"  Waiting up to {OWNER_WAIT_SECONDS:.0f} s for your message to {bot}...")
-            found = await telegram_first_sender(base, token, OWNER_WAIT_SECONDS)
+            found = await telegram_first_sender(base, token, OWNER_WAIT_SECONDS, proxy)
             if found is None:
                 asker.say("  No message came: the first person you approve with `memgate pairing approve CODE` "
                           "becomes the owner.")
@@ -309,4 +383,16 @@ async def _telegram(flags: OnboardFlags, asker: TerminalAsker | None, choices: S
                 owners = (f"telegram:{found[0]}",)
     new_owners = tuple(dict.fromkeys((*choices.owners, *owners)))
     return replace(choices, telegram=True, telegram_bot=bot, owners=new_owners,
-                   telegram_base_url=flags.telegram_api_base), token
+                   telegram_base_url=flags.telegram_api_base, telegram_proxy=proxy), token
+
+
+def _ask_proxy(asker: TerminalAsker, current: str) -> str:
+    """Offered when the Bot API did not answer: a proxy address, checked (Enter keeps `current`)."""
+    asker.say("  Telegram is blocked in some places (mainland China among them); memgate can reach it through a\n"
+              "  proxy: http://HOST:PORT or socks5://HOST:PORT (Enter alone: none, and Telegram waits for later).")
+    while True:
+        answer = asker.ask("  Proxy for Telegram", current)
+        try:
+            return check_proxy_url(answer)
+        except ValueError as exc:
+            asker.say(f"  {exc}")

@@ -246,7 +246,8 @@ def build_channels(settings: Settings) -> list:
         token = settings.secret("telegram_token")
         if not token:
             raise ConfigError("channels.telegram is enabled but TELEGRAM_BOT_TOKEN is not set")
-        chans.append(TelegramAdapter(token, base_url=c.telegram.base_url or None, poll_timeout=c.telegram.poll_timeout))
+        chans.append(TelegramAdapter(token, base_url=c.telegram.base_url or None, poll_timeout=c.telegram.poll_timeout,
+                                     proxy=c.telegram.proxy or None))
     if c.wechat.enabled:
         from adapters.wechat.ilink.adapter import WechatIlinkAdapter
 

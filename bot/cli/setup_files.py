@@ -27,6 +27,7 @@ class SetupChoices:
     console_user: str = ""
     telegram: bool = False
     telegram_base_url: str = ""
+    telegram_proxy: str = ""             # where the Bot API is reached only through a proxy
     telegram_bot: str = ""               # @username from getMe, for a comment
     wechat: bool = False
     owners: tuple[str, ...] = ()
@@ -62,6 +63,8 @@ def render_config(c: SetupChoices, env_path: Path | None, now: datetime) -> str:
               + (f"   # the bot {c.telegram_bot}; its token is TELEGRAM_BOT_TOKEN in env_file" if c.telegram else "")]
     if c.telegram_base_url:
         lines.append(f"base_url = {_s(c.telegram_base_url)}   # a Bot API server other than api.telegram.org")
+    if c.telegram_proxy:
+        lines.append(f"proxy = {_s(c.telegram_proxy)}   # the Bot API through this proxy (it is not reachable directly)")
     lines += ["", "[channels.wechat]", f"enabled = {'true' if c.wechat else 'false'}"
               + ("   # personal WeChat (iLink): log in with `memgate wechat login`" if c.wechat else "")]
     lines += ["", "[access]",

@@ -197,3 +197,111 @@ async def test_interactive_onboard_logs_the_wechat_bot_in_by_qr_code(tmp_path, f
     assert (data / "wechat_credentials.json").is_file()
     written = tomllib.loads(config.read_text())
     assert written["channels"]["wechat"]["enabled"] is True
+
+
+async def test_interactive_onboard_refuses_what_is_not_on_a_menu_and_an_empty_token_skips_telegram(
+        tmp_path, fake_llm, telegram):
+    """Issue 27: "9" in the model menu was silently "something else", and an empty token answer
+    was asked again forever. Now a menu asks again, and Enter alone at the token leaves Telegram
+    for later: the config is written with the rest and says how to add it."""
+    fake_llm.responder = brain.respond
+    config = tmp_path / "cfg" / "memgate.toml"
+    env = tty_env(tmp_path / "home", None)
+    env.pop("MEMGATE_CONFIG")
+    tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
+               "--telegram-api-base", telegram.base_url], env)
+    try:
+        await tty.shows("Where should memgate keep its data?")
+        tty.send(f"{tmp_path / 'data'}\r")
+        await tty.shows("Which one?")
+        tty.send("9\r")
+        await tty.shows("'9' is not on the list")
+        number = next(line.split(")")[0].strip() for line in tty.screen_lines() if fake_llm.base_url in line)
+        tty.send(f"{number}\r")
+        await tty.shows("Which model?")
+        tty.send("fake-model\r")
+        await tty.shows("ok, it answered")
+        await tty.shows("Your name in the terminal chat")
+        tty.send("ann\r")
+        await tty.shows("Telegram? [y/N]")
+        tty.send("maybe\r")
+        await tty.shows("please answer y or n")
+        tty.send("y\r")
+        await tty.shows("WeChat (personal account, iLink QR login)? [y/N]")
+        tty.send("n\r")
+        await tty.shows("Telegram bot token (hidden)")
+        tty.send("\r")
+        await tty.shows("Start it with:")
+        assert await tty.exit_status() == 0
+    finally:
+        tty.close()
+    assert "Telegram: skipped" in tty.transcript()
+    assert "getMe" not in telegram.calls
+    settings = load_settings(config, env={})
+    assert not settings.channels.telegram.enabled and settings.llm.model == "fake-model"
+
+
+async def test_ctrl_c_at_the_hidden_token_prompt_stops_onboarding_at_once(tmp_path, fake_llm, telegram):
+    """Issue 27: Ctrl-C at the hidden token prompt did nothing until Enter."""
+    fake_llm.responder = brain.respond
+    config = tmp_path / "cfg" / "memgate.toml"
+    env = tty_env(tmp_path / "home", None)
+    env.pop("MEMGATE_CONFIG")
+    tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
+               "--telegram-api-base", telegram.base_url, "--channels", "telegram"], env)
+    try:
+        await answer_data_model_and_name(tty, tmp_path / "data", fake_llm.base_url)
+        await tty.shows("Telegram? [Y/n]")
+        tty.send("\r")
+        await tty.shows("WeChat (personal account, iLink QR login)? [y/N]")
+        tty.send("\r")
+        await tty.shows("Telegram bot token (hidden)")
+        tty.send("123:half-typ\x03")            # no Enter: the interrupt alone must end it
+        assert await tty.exit_status(timeout=60) == 130
+    finally:
+        tty.close()
+    assert "onboarding stopped" in tty.transcript() and "Traceback" not in tty.transcript()
+    assert not config.exists()
+
+
+async def test_onboarding_offers_a_proxy_when_the_bot_api_cannot_be_reached(tmp_path, fake_llm, telegram):
+    """Issue 27: from mainland China the Bot API does not answer and the token prompt looped
+    forever. Now the failure to reach it offers a proxy; through it getMe answers, and the config
+    keeps the proxy for `memgate run` ([channels.telegram] proxy)."""
+    from tests.adapters.telegram.test_telegram_proxy import closed_port
+    from tests.fakes.proxy import FakeProxy
+
+    fake_llm.responder = brain.respond
+    blocked = closed_port()
+    base = f"http://127.0.0.1:{blocked}/bot"
+    config = tmp_path / "cfg" / "memgate.toml"
+    env = tty_env(tmp_path / "home", None)
+    env.pop("MEMGATE_CONFIG")
+    async with FakeProxy({("127.0.0.1", blocked): ("127.0.0.1", int(telegram.base_url.split(":")[2].split("/")[0]))}) as proxy:
+        tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
+                   "--telegram-api-base", base, "--channels", "telegram"], env)
+        try:
+            await answer_data_model_and_name(tty, tmp_path / "data", fake_llm.base_url)
+            await tty.shows("Telegram? [Y/n]")
+            tty.send("\r")
+            await tty.shows("WeChat (personal account, iLink QR login)? [y/N]")
+            tty.send("\r")
+            await tty.shows("Telegram bot token (hidden)")
+            tty.send(f"{telegram.token}\r")
+            await tty.shows("could not reach the Telegram Bot API")
+            await tty.shows("Proxy for Telegram")
+            tty.send("socks5://nowhere\r")           # not an address: asked again
+            await tty.shows("a proxy is http://HOST:PORT")
+            tty.send(f"{proxy.url('socks5')}\r")
+            await tty.shows("ok: the token belongs to @memgate_test_bot")
+            await tty.shows("Your Telegram user id")
+            tty.send(f"{OWNER_ID}\r")
+            await tty.shows("Start it with:")
+            assert await tty.exit_status() == 0
+        finally:
+            tty.close()
+    assert telegram.token not in "".join(tty._screen.raw)
+    assert proxy.requests and all(r == f"SOCKS5 127.0.0.1:{blocked}" for r in proxy.requests)
+    settings = load_settings(config, env={})
+    assert settings.channels.telegram.enabled and settings.channels.telegram.proxy == proxy.url("socks5")
+    assert f"telegram:{OWNER_ID}" in settings.access.owners
