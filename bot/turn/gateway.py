@@ -340,26 +340,28 @@ class Gateway:
         if self.agent is None:
             return "No language model is configured, so I can only run commands. Try /help."
         channel = self.channels.get(msg.channel)
-        # Fetching and transcribing take time too: the person sees "typing" from here on.
-        async with (channel.typing(msg) if channel is not None else nullcontext()):
-            attached = Attached(text=msg.text_for_agent.strip())
-            if reads_media:
-                read = await read_attachments(self.media, msg, channel)
-                if not isinstance(read, Attached):
-                    return read
-                attached = read
-            session = await self.sessions.current(msg.conversation_key, allowed.write_space)
-            history = await self.sessions.history(session, self.settings.history_tokens)
-            cancel = self._cancels[msg.conversation_key] = asyncio.Event()
-            req = TurnRequest(text=attached.text, turn_id=f"{msg.conversation_key}:{msg.message_id or id(msg)}:{msg.timestamp.timestamp()}",
-                              session_id=session.session_id, history=tuple(history), ctx=ctx, channel=msg.channel,
-                              speaker=msg.sender_name or None, images=attached.images, documents=attached.documents,
-                              cancel=cancel)
-            try:
+        # From here on the person sees "typing" and may stop the reply (the terminal's Ctrl-C): a
+        # cancel that comes before the model is asked stops the turn as soon as the agent starts.
+        cancel = self._cancels[msg.conversation_key] = asyncio.Event()
+        try:
+            # Fetching and transcribing take time too: the person sees "typing" from here on.
+            async with (channel.typing(msg) if channel is not None else nullcontext()):
+                attached = Attached(text=msg.text_for_agent.strip())
+                if reads_media:
+                    read = await read_attachments(self.media, msg, channel)
+                    if not isinstance(read, Attached):
+                        return read
+                    attached = read
+                session = await self.sessions.current(msg.conversation_key, allowed.write_space)
+                history = await self.sessions.history(session, self.settings.history_tokens)
+                req = TurnRequest(text=attached.text, turn_id=f"{msg.conversation_key}:{msg.message_id or id(msg)}:{msg.timestamp.timestamp()}",
+                                  session_id=session.session_id, history=tuple(history), ctx=ctx, channel=msg.channel,
+                                  speaker=msg.sender_name or None, images=attached.images, documents=attached.documents,
+                                  cancel=cancel)
                 result = await self.agent.run(req)
-            finally:
-                if self._cancels.get(msg.conversation_key) is cancel:
-                    del self._cancels[msg.conversation_key]
+        finally:
+            if self._cancels.get(msg.conversation_key) is cancel:
+                del self._cancels[msg.conversation_key]
         outcome[0] = "cancelled" if result.cancelled else "failed" if result.failed else "answered"
         if self.on_turn is not None:
             self.on_turn(result)
