@@ -97,6 +97,7 @@ def cmd_doctor(settings: Settings, args) -> int:
         else:
             report(False, f"LLM at {where} did not answer: {str(exc)[:200]}",
                    down_hint(settings.llm.api_base, settings.llm.model))
+    report(True, _media_line(settings))
     print("all good" if not problems else f"{problems} problem(s)")
     return 1 if problems else 0
 
@@ -112,6 +113,19 @@ def _api_address(settings: Settings) -> tuple[str, bool]:
     a = settings.api
     host = "127.0.0.1" if a.host in ("", "0.0.0.0", "::") else a.host
     return f"http://{host}:{a.port or 'PORT'}", False
+
+
+def _media_line(settings: Settings) -> str:
+    """What becomes of voice notes and photos with this configuration (docs/media.md)."""
+    from bot.model_servers import shown_address
+
+    sp = settings.speech
+    voice = (f"voice notes are transcribed by {sp.model} at {shown_address(sp.api_base, sp.model)}" if sp.model else
+             "voice notes wait for a speech endpoint ([speech] model); WeChat's own transcripts are used meanwhile")
+    vision = settings.media.vision
+    photos = {"on": "photos go to the reply model as images", "off": "photos reach the model as their caption",
+              "auto": "photos go to the reply model as images when litellm says it sees"}[vision]
+    return f"{voice}; {photos} ([media] vision = {vision})"
 
 
 def _dashboard_line(settings: Settings, address: tuple[str, bool] | None) -> str:

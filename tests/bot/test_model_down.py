@@ -64,6 +64,7 @@ def test_doctor_says_what_to_run_for_a_local_server(tmp_path):
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 1
     assert base in out.stdout and "ollama serve" in out.stdout and "ollama pull qwen2.5" in out.stdout
+    assert "[ok] voice notes wait for a speech endpoint ([speech] model)" in out.stdout
     assert KEY not in out.stdout + out.stderr and "Traceback" not in out.stderr
 
 
