@@ -159,14 +159,15 @@ class _ModelCheck(threading.Thread):
     def run(self) -> None:
         from bot.app import make_llm
 
-        async def ping() -> None:
-            llm = make_llm(self.settings, None)
+        async def ping(llm) -> None:
             llm.settings = replace(llm.settings, retries=0, timeout=MODEL_WAIT,
                                    first_token_timeout=min(MODEL_WAIT, llm.settings.first_token_timeout or MODEL_WAIT))
             await llm.complete([{"role": "user", "content": "Reply with the word OK."}], purpose="doctor", max_tokens=1)
 
         try:
-            asyncio.run(ping())
+            llm = make_llm(self.settings, None)
+            llm.warm()  # litellm's import and lazy first-call set-up are not the model's time
+            asyncio.run(ping(llm))
         except BaseException as exc:  # reported as the model's line, whatever it is
             self.failure = exc
 
