@@ -163,8 +163,12 @@ class MediaReader:
             if exc.too_large:
                 raise MediaProblem(_too_big(what, media.size, cap)) from None
             log.warning("fetching a %s failed: %s", what, exc)
-            raise MediaProblem(f"I could not fetch your {what} just now. I kept your message and will try again.",
-                               wait=True, note=f"fetch failed: {exc}") from None
+            failure = str(exc)
+        except Exception as exc:  # a channel's own failure must not lose the message either
+            log.warning("fetching a %s failed", what, exc_info=True)
+            failure = type(exc).__name__
+        raise MediaProblem(f"I could not fetch your {what} just now. I kept your message and will try again.",
+                           wait=True, note=f"fetch failed: {failure}")
 
     def _keep(self, msg: Message, media: Media, audio: bytes) -> None:
         """The owner asked to keep voice notes: one private file per note, named by conversation."""

@@ -249,6 +249,9 @@ class FakeMpApi:
         # Pictures followers sent, served at <base>/mmbiz/<name> (WeChat's image host, PicUrl).
         self.pictures: dict[str, bytes] = {}
         self.picture_fetches: list[str] = []
+        # Temporary media by MediaId (cgi-bin/media/get): (bytes, content type).
+        self.media: dict[str, tuple[bytes, str]] = {}
+        self.media_fetches: list[str] = []
 
     @property
     def sent(self) -> list[SentMessage]:
@@ -285,6 +288,7 @@ class FakeMpApi:
         app.router.add_get("/cgi-bin/token", self._token)
         app.router.add_post("/cgi-bin/message/custom/send", self._send)
         app.router.add_get("/mmbiz/{name}", self._picture)
+        app.router.add_get("/cgi-bin/media/get", self._media_get)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -308,6 +312,18 @@ class FakeMpApi:
             return web.Response(status=404)
         self.picture_fetches.append(name)
         return web.Response(body=self.pictures[name], content_type="image/jpeg")
+
+    async def _media_get(self, request: web.Request) -> web.Response:
+        """media/get: the bytes, or a JSON errcode like WeChat (a bad token, an unknown id)."""
+        token = request.query.get("access_token", "")
+        if not self._state.tokens.get(token):
+            return web.json_response({"errcode": 40001, "errmsg": "invalid credential"})
+        media_id = request.query.get("media_id", "")
+        if media_id not in self.media:
+            return web.json_response({"errcode": 40007, "errmsg": "invalid media_id"})
+        self.media_fetches.append(media_id)
+        data, content_type = self.media[media_id]
+        return web.Response(body=data, content_type=content_type)
 
     async def _token(self, request: web.Request) -> web.Response:
         self._state.token_requests += 1

@@ -36,7 +36,7 @@ from adapters.wechat.mp.auth import CallbackAuth
 from adapters.wechat.mp.callbacks import Callback, PendingCallbacks
 from adapters.wechat.mp.client import API_TIMEOUT_S, ApiRefused, CustomerServiceClient
 from adapters.wechat.mp.crypto import WechatCryptoError, aes_key_from_encoding
-from adapters.wechat.mp.messages import TEXT_LIMIT_BYTES, markdown_parts, message_from_push, split_for_wechat
+from adapters.wechat.mp.messages import MEDIA_ID_REF, TEXT_LIMIT_BYTES, markdown_parts, message_from_push, split_for_wechat
 from adapters.wechat.mp.replay import ReplayGuard
 from adapters.wechat.mp.server import CallbackServer
 from adapters.wechat.mp.xml_codec import MAX_XML_BYTES
@@ -239,10 +239,16 @@ class WechatMpAdapter:
                 for i, piece in enumerate(pieces)]
 
     async def fetch_media(self, media: Media, *, max_bytes: int, timeout: float) -> bytes:
-        """A follower's image, by the PicUrl WeChat pushed with it (bot.channel.FetchesMedia)."""
-        if self._session is None or not media.ref:
-            raise MediaError("wechat_mp: no image URL to fetch")
-        return await fetch_url(self._session, media.ref, max_bytes=max_bytes, timeout=timeout, what="WeChat's image host")
+        """A follower's image by the PicUrl WeChat pushed with it, or an image or voice message by
+        its MediaId through media/get (bot.channel.FetchesMedia)."""
+        if self._session is None or self._api is None or not media.ref:
+            raise MediaError("wechat_mp: nothing to fetch")
+        if not media.ref.startswith(MEDIA_ID_REF):
+            return await fetch_url(self._session, media.ref, max_bytes=max_bytes, timeout=timeout, what="WeChat's image host")
+        try:
+            return await self._api.media_get(media.ref.removeprefix(MEDIA_ID_REF), max_bytes=max_bytes, timeout=timeout)
+        except ChannelError as exc:  # the access token could not be had: a later try may succeed
+            raise MediaError(str(exc)) from None
 
     async def send(self, reply: Reply) -> None:
         """Answer passively if a callback for this user still waits, the rest via the customer-service API."""

@@ -20,7 +20,7 @@ from typing import Protocol
 import aiohttp
 
 from adapters.retry_after import parse_retry_after, retry_delay
-from bot.errors import ChannelError
+from bot.errors import ChannelError, MediaError
 
 __all__ = ["API_TIMEOUT_S", "ApiCounters", "ApiRefused", "CustomerServiceClient", "MonotonicClock", "explain_errcode"]
 
@@ -112,6 +112,37 @@ class CustomerServiceClient:
         if errcode != 0:
             raise ApiRefused("customer-service send", errcode)
         self._stats.api_messages += 1
+
+    async def media_get(self, media_id: str, *, max_bytes: int, timeout: float) -> bytes:
+        """A follower's temporary media (image, voice: 3 days) by MediaId, capped; MediaError when
+        it cannot be had. A JSON answer is WeChat's refusal; a rejected token is refreshed once."""
+        token = await self._access_token()
+        for attempt in (1, 2):
+            try:
+                async with self._session.get(self._base + "/cgi-bin/media/get",
+                                             params={"access_token": token, "media_id": media_id},
+                                             timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                    if resp.status != 200:
+                        raise MediaError(f"media/get answered HTTP {resp.status}")
+                    if (resp.content_length or 0) > max_bytes:
+                        raise MediaError(f"{resp.content_length} bytes, over the {max_bytes}-byte cap", too_large=True)
+                    if "json" in resp.content_type or resp.content_type.startswith("text/"):
+                        answer = await resp.json(content_type=None)
+                        errcode = answer.get("errcode", -1) if isinstance(answer, dict) else -1
+                        if errcode in _TOKEN_ERRCODES and attempt == 1:
+                            token = await self._access_token(stale=token)
+                            continue
+                        raise MediaError(f"media/get refused (errcode {errcode})")
+                    body = bytearray()
+                    async for chunk in resp.content.iter_chunked(65536):
+                        body += chunk
+                        if len(body) > max_bytes:
+                            raise MediaError(f"over the {max_bytes}-byte cap", too_large=True)
+                    return bytes(body)
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                # The URL holds the access token: the error says only what kind it was.
+                raise MediaError(f"media/get failed ({type(exc).__name__})") from None
+        raise MediaError("media/get refused the access token twice")
 
     async def _access_token(self, *, stale: str | None = None) -> str:
         """The cached token, fetched again when near expiry or when `stale` was just refused."""

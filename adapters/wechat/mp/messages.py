@@ -9,8 +9,9 @@ from adapters.split import split_message
 from adapters.wechat.mp.xml_codec import InboundXml
 from bot.message import Kind, Media, Message
 
-__all__ = ["TEXT_LIMIT_BYTES", "dedup_key", "message_from_push", "split_for_wechat"]
+__all__ = ["MEDIA_ID_REF", "TEXT_LIMIT_BYTES", "dedup_key", "message_from_push", "split_for_wechat"]
 
+MEDIA_ID_REF = "media_id:"  # a Media ref fetched through media/get rather than by URL
 TEXT_LIMIT_BYTES = 2048  # passive and customer-service text content limit, in UTF-8 bytes
 _KIND_BY_TYPE = {
     "image": Kind.PHOTO,
@@ -39,12 +40,15 @@ def message_from_push(push: InboundXml, channel: str = "wechat_mp") -> Message |
     elif push.msg_type == "text":
         kind, text = Kind.TEXT, push.content
     elif push.msg_type == "voice":
-        # No ref: the audio (AMR) is not fetched; without WeChat's recognition there is nothing to read.
+        # WeChat's recognition is used as it is; without it the audio is fetched by its MediaId
+        # (media/get) for our own speech endpoint.
         kind, text = Kind.VOICE, push.recognition
-        media = (Media(Kind.VOICE, "", transcript=push.recognition),)
+        ref = "" if push.recognition or not push.media_id else f"{MEDIA_ID_REF}{push.media_id}"
+        media = (Media(Kind.VOICE, ref, mime=f"audio/{push.format.lower() or 'amr'}", transcript=push.recognition),)
     elif push.msg_type == "image":
         kind, text = Kind.PHOTO, ""
-        media = (Media(Kind.PHOTO, push.pic_url if push.pic_url.startswith(("https://", "http://")) else ""),)
+        url = push.pic_url if push.pic_url.startswith(("https://", "http://")) else ""
+        media = (Media(Kind.PHOTO, url or (f"{MEDIA_ID_REF}{push.media_id}" if push.media_id else ""), mime="image/jpeg"),)
     else:
         kind, text = _KIND_BY_TYPE.get(push.msg_type, Kind.OTHER), ""
     return Message(

@@ -57,6 +57,7 @@ class InboundXml:
     recognition: str = ""  # speech-to-text of a voice message, when the account enabled it
     pic_url: str = ""      # an image's download URL (WeChat's own image host)
     media_id: str = ""     # the temporary media id of an image, voice or video (3 days)
+    format: str = ""       # a voice message's audio format (amr, speex)
 
 
 def _root(body: bytes | str):
@@ -112,6 +113,7 @@ def parse_inbound(body: bytes | str) -> InboundXml:
         recognition=fields.get("Recognition", ""),
         pic_url=fields.get("PicUrl", ""),
         media_id=fields.get("MediaId", ""),
+        format=fields.get("Format", ""),
     )
 
 

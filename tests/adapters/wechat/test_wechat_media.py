@@ -15,6 +15,7 @@ from tests.adapters.wechat.test_wechat_e2e import (  # noqa: F401 - fixtures
 )
 from tests.fakes import brain
 from tests.fakes.files import tiny_pdf, tiny_png
+from tests.fakes.llm_server import fake_audio
 
 VISION = {"MEMGATE_MEDIA_VISION": "on"}
 
@@ -70,20 +71,25 @@ async def test_ilink_voice_image_and_pdf_are_answered_and_remembered(ilink, sett
     clean(ilink)
 
 
-async def test_mp_recognition_and_picurl_are_answered(mp_api, settings_for, fake_llm, clock, embedder) -> None:
-    settings = settings_for(MEMGATE_ACCESS_OWNERS=f"wechat_mp:{MP_ALICE}", **VISION)
+async def test_mp_recognition_picurl_and_media_ids_are_answered(mp_api, settings_for, fake_llm, clock, embedder) -> None:
+    settings = settings_for(MEMGATE_ACCESS_OWNERS=f"wechat_mp:{MP_ALICE}", MEMGATE_SPEECH_MODEL="whisper-1",
+                            MEMGATE_SPEECH_API_BASE=fake_llm.base_url, **VISION)
     fake_llm.responder = sees("a red lantern over a door", "Happy new year!")
     pic = mp_api.picture_url("lantern.jpg", tiny_png((200, 20, 20)))
+    mp_api.media["v-amr"] = (fake_audio("我到家了"), "audio/amr")  # recognition off: fetched by MediaId
     async with mp_app(settings, mp_api, clock, embedder, passive_timeout=4.0) as (app, adapter, client):
-        voice = await client.push(client.media_xml(
-            MP_ALICE, "voice", "<MediaId>m1</MediaId><Format>amr</Format><Recognition>明天提醒我买菜</Recognition>"))
-        photo = await client.push(client.media_xml(MP_ALICE, "image", f"<PicUrl>{pic}</PicUrl><MediaId>m2</MediaId>"))
+        pushes = [await client.push(client.media_xml(MP_ALICE, "voice", extra)) for extra in (
+            "<MediaId>m1</MediaId><Format>amr</Format><Recognition>明天提醒我买菜</Recognition>",
+            "<MediaId>v-amr</MediaId><Format>amr</Format>")]
+        pushes.append(await client.push(client.media_xml(MP_ALICE, "image", f"<PicUrl>{pic}</PicUrl><MediaId>m2</MediaId>")))
         await app.gateway.idle()
         await app.engine.worker.drain()
         rows = chunk_rows(app)
     # Passive replies, or through the customer-service API when the 4 s passive window passed.
-    answers = [r.reply.content for r in (voice, photo) if r.reply is not None] + [m.content for m in mp_api.sent]
-    assert sorted(said(a) for a in answers) == ["Happy new year!", "[voice] 明天提醒我买菜"]
-    assert mp_api.picture_fetches == ["lantern.jpg"]
+    answers = [r.reply.content for r in pushes if r.reply is not None] + [m.content for m in mp_api.sent]
+    assert sorted(said(a) for a in answers) == ["Happy new year!", "[voice] 我到家了", "[voice] 明天提醒我买菜"]
+    assert mp_api.picture_fetches == ["lantern.jpg"] and mp_api.media_fetches == ["v-amr"]
+    (stt,) = fake_llm.transcription_requests  # WeChat's own recognition needed none
+    assert stt["file"]["filename"] == "voice.amr" and stt["file"]["content_type"] == "audio/amr"
     texts = [t for _, t in rows]
     assert "[voice] 明天提醒我买菜" in texts and "[photo: a red lantern over a door]" in texts
