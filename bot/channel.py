@@ -105,6 +105,11 @@ class OneReceiver(Protocol):
 
     receive_lock: str
 
+    # Set by the gateway when processes share a database: asked before each poll, False while
+    # another process is the receiver (this one lost the lock, e.g. when the database restarted):
+    # the channel then does not poll, and asks again after a pause. None: always receive.
+    may_receive: Callable[[], Awaitable[bool]] | None
+
 
 @runtime_checkable
 class ReportsHealth(Protocol):

@@ -147,7 +147,10 @@ class Scheduler:
         self._aps = aps
         for name in due:
             log.info("job %s is due (missed or never run): running it now", name)
-            self._catchup.append(asyncio.create_task(self.run_now(name), name=f"job-catchup-{name}"))
+            # As a timer's fire, not `run_now`: on a shared database another process starting in
+            # the same moment catches up too, and the job's lock plus the record re-read under it
+            # let only the first run it (the other finds it run since it was due).
+            self._catchup.append(asyncio.create_task(self._fire(name), name=f"job-catchup-{name}"))
         log.info("scheduler started with %d job(s)", len(self._specs))
 
     async def stop(self) -> None:

@@ -16,7 +16,7 @@ import asyncio
 import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -106,6 +106,8 @@ class TelegramAdapter:
         self._redact = _RedactToken(token)
         self._sender = Sender(name, self._safe, network_retries=network_retries, retry_delay=retry_delay)
         self._menu: tuple[MenuCommand, ...] = ()
+        # Asked before each getUpdates when processes share a database (bot.channel.OneReceiver).
+        self.may_receive: Callable[[], Awaitable[bool]] | None = None
 
     @property
     def receive_lock(self) -> str:
@@ -244,6 +246,9 @@ class TelegramAdapter:
         recorded. An update the gateway could not record is fetched again after a pause."""
         failures = 0
         while True:
+            if not await self._still_receiver():
+                await asyncio.sleep(self._retry_delay)
+                continue
             try:
                 updates = await app.bot.get_updates(offset=self._offset or None,
                                                     timeout=timedelta(seconds=self._poll_timeout),
@@ -295,6 +300,20 @@ class TelegramAdapter:
 
         await asyncio.gather(*(in_order(u) for u in chats.values()))
         return min(refused, key=lambda r: r[0]) if refused else None
+
+    async def _still_receiver(self) -> bool:
+        """Whether this process is (still) the bot's one receiver; while another is, polling
+        would only make Telegram answer one of the two with 409 Conflict."""
+        if self.may_receive is None:
+            return True
+        try:
+            leads = await self.may_receive()
+        except Exception as exc:  # the database is away: poll nothing until it says who leads
+            log.warning("%s: cannot tell whether this process still receives (%s); not polling", self.name, exc)
+            return False
+        if not leads:
+            log.info("%s: another process receives now; not polling", self.name)
+        return leads
 
     async def _on_update(self, update: Update) -> None:
         if self._inbound is None:

@@ -22,6 +22,7 @@ wait out:
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -32,6 +33,8 @@ from memory.store.backend import MemoryStore
 from memory.store.connection import Conn, Migration
 from memory.store.locks import LockSpace, lock_key
 from memory.store.rows import utc_naive
+
+log = logging.getLogger(__name__)
 
 CLUSTER_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -123,10 +126,29 @@ class Cluster:
     def alive(self) -> set[int]:
         return self.store.locks.held(LockSpace.WORKER)
 
+    def check(self) -> set[str]:
+        """Ping the lock session (after it was lost, a new one re-takes every lock); join anew if
+        this process's worker number went to another process meanwhile (its conversations are then
+        orphans of the old incarnation, adopted like a dead process's). Returns the lock keys of
+        the leaderships lost (see `leader_key`)."""
+        lost = self.store.locks.verify()
+        if self.worker is not None and (int(LockSpace.WORKER), self.worker) in lost:
+            log.warning("worker number %s went to another process while the database was away; joining anew", self.worker)
+            self.worker = None
+            self.join()
+        return {str(key) for space, key in lost if space == int(LockSpace.LEADER)}
+
     # --- receiving -----------------------------------------------------------------------------
+    @staticmethod
+    def leader_key(name: str) -> str:
+        return str(lock_key(f"receive:{name}"))
+
     def lead(self, name: str) -> bool:
-        """Become (or stay) the one receiver of `name`; False while another process is."""
-        return self.store.locks.try_hold(LockSpace.LEADER, lock_key(f"receive:{name}"))
+        """Become (or stay) the one receiver of `name`; False while another process is. Asks the
+        server (a lock session lost with a restarted server is made again, and its locks re-taken
+        or found taken), so a poller calls it before each poll."""
+        key = lock_key(f"receive:{name}")
+        return self.store.locks.holds(LockSpace.LEADER, key) or self.store.locks.try_hold(LockSpace.LEADER, key)
 
     def resign(self, name: str) -> None:
         self.store.locks.release(LockSpace.LEADER, lock_key(f"receive:{name}"))

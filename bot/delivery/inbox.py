@@ -193,6 +193,14 @@ class Inbox:
             [note, now, seq]), serial=INBOX_WRITES)
 
     @staticmethod
+    def claim_reply(con: Conn, seq: int) -> bool:
+        """Inside the outbox's transaction: mark the message replied if it is still pending; False
+        when it is not (answered already: by a process that adopted it while this one still ran
+        its turn, e.g. after the database restarted), and then this reply must not be written."""
+        return con.execute(f"UPDATE inbox SET status = 'replied', done_at = NULL, message = {_receipt(con)} "
+                           "WHERE seq = ? AND status = 'pending' RETURNING seq", [seq]).fetchone() is not None
+
+    @staticmethod
     def mark(con: Conn, seq: int, status: InboxStatus, now: datetime, note: str | None = None) -> None:
         """Move a message on inside another writer's transaction (the outbox's).
 

@@ -174,8 +174,9 @@ class Outbox:
         parts = list(split(reply)) if split is not None else [reply]
         return parts or [reply]
 
-    def put(self, conversation_key: str, reply: Reply, inbox_seq: int | None, known_secrets: Sequence[str] = ()) -> None:
-        """Queue a reply (one transaction: its parts, and its message marked replied).
+    def put(self, conversation_key: str, reply: Reply, inbox_seq: int | None, known_secrets: Sequence[str] = ()) -> bool:
+        """Queue a reply (one transaction: its parts, and its message marked replied); False, and
+        nothing written, when its message is no longer pending (another process replied to it).
 
         `known_secrets` are the secrets found in the message it answers: an echo of them is
         redacted too, even where no pattern would recognise it.
@@ -184,22 +185,23 @@ class Outbox:
         now = utc_naive(self.clock())
         reply_id = uuid.uuid4().hex
 
-        def write(con: Conn) -> None:
+        def write(con: Conn) -> bool:
+            if inbox_seq is not None and not Inbox.claim_reply(con, inbox_seq):
+                return False
             first = con.execute("SELECT coalesce(max(seq), 0) + 1 FROM outbox").fetchone()[0]
             con.executemany(
                 "INSERT INTO outbox (seq, reply_id, inbox_seq, conversation_key, channel, part, parts, reply, status, "
                 "next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
                 [[first + i, reply_id, inbox_seq, conversation_key, reply.channel, i, len(parts), reply_to_json(p), now, now]
                  for i, p in enumerate(parts)])
-            if inbox_seq is not None:
-                Inbox.mark(con, inbox_seq, InboxStatus.REPLIED, now)
             self.cluster.own_if_free(con, conversation_key, reply.channel)
+            return True
 
-        self.store.write(write, serial=OUTBOX_WRITES)
+        return self.store.write(write, serial=OUTBOX_WRITES)
 
     async def aput(self, conversation_key: str, reply: Reply, inbox_seq: int | None,
-                   known_secrets: Sequence[str] = ()) -> None:
-        await asyncio.to_thread(self.put, conversation_key, reply, inbox_seq, known_secrets)
+                   known_secrets: Sequence[str] = ()) -> bool:
+        return await asyncio.to_thread(self.put, conversation_key, reply, inbox_seq, known_secrets)
 
     @staticmethod
     def scrub_forgotten(con: Conn, texts: Sequence[str], space_ids: Sequence[str]) -> None:

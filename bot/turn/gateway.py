@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -126,6 +126,8 @@ class Gateway:
         await asyncio.to_thread(self.cluster.join)
         standing_by = []
         for ch in self.channels.values():
+            if isinstance(ch, OneReceiver) and self.cluster.shared:
+                ch.may_receive = self._leads(ch.receive_lock)
             if isinstance(ch, OneReceiver) and not await asyncio.to_thread(self.cluster.lead, ch.receive_lock):
                 log.info("%s: another process receives it; standing by to take over", ch.name)
                 standing_by.append(ch)
@@ -157,12 +159,24 @@ class Gateway:
         self.queues.wake(keys)
         self.outbox.wake()
 
+    def _leads(self, lock: str) -> Callable[[], Awaitable[bool]]:
+        """A one-receiver channel's check before each poll: still (or again) its receiver?"""
+        async def leads() -> bool:
+            return await asyncio.to_thread(self.cluster.lead, lock)
+        return leads
+
     async def _stand_by(self, waiting: list[Channel]) -> None:
         """On a shared database: take over a one-receiver channel when its receiver dies, and
-        adopt the conversations dead processes left (checked every `takeover_every` seconds)."""
+        adopt the conversations dead processes left (checked every `takeover_every` seconds).
+        Each pass first checks the lock session: after the database restarted, every lock was
+        taken back or found taken (a lost worker number means joining anew; a receiver whose lock
+        went elsewhere stops polling by itself, asked before each poll)."""
         while True:
             await asyncio.sleep(self.settings.takeover_every)
             try:
+                lost = await asyncio.to_thread(self.cluster.check)
+                if lost:
+                    log.warning("%d receiver lock(s) went to another process while the database was away", len(lost))
                 for ch in list(waiting):
                     if await asyncio.to_thread(self.cluster.lead, ch.receive_lock):
                         log.info("%s: its receiver stopped; this process receives it now", ch.name)
@@ -391,7 +405,9 @@ class Gateway:
         """Write the answer to the outbox (the message becomes `replied`), then send what is due."""
         key = entry.message.conversation_key
         # The secrets of the message it answers are scrubbed from the reply's echo of them too.
-        await self.outbox.aput(key, self._reply_for(entry.message, out), entry.seq, find_secrets(entry.message.text))
+        if not await self.outbox.aput(key, self._reply_for(entry.message, out), entry.seq, find_secrets(entry.message.text)):
+            log.info("inbox: message %s in %s was answered by another process meanwhile; this reply is dropped", entry.seq, key)
+            return
         await self._flush(key)
 
     async def _flush(self, key: str) -> None:

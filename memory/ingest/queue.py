@@ -25,6 +25,19 @@ class QueuedTurn:
     attempts: int
 
 
+class AlreadyIngested(Exception):
+    """The turn was no longer pending when its memories were to be written: another process
+    ingested it meanwhile (it held the space's lock after this one's lock session was lost)."""
+
+
+def claim_done(con: Conn, qid: str, status: str, now: datetime, extra_attempts: int = 0) -> None:
+    """First in the transaction that writes a turn's memories: mark it `status` only if it is
+    still pending, else roll the whole write back (whichever process commits first wins)."""
+    if con.execute("UPDATE ingest_queue SET status = ?, done_at = ?, attempts = attempts + ? "
+                   "WHERE id = ? AND status = 'pending' RETURNING id", [status, now, extra_attempts, qid]).fetchone() is None:
+        raise AlreadyIngested(qid)
+
+
 def previous_message(con: Conn, qid: str, space_id: str, session_id: str | None) -> TurnMessage | None:
     """The last message of the turn queued before this one in the same session (None across
     sessions): the context of this turn's opening message, as the recall bench embeds it."""

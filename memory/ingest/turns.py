@@ -22,7 +22,7 @@ from memory.embed import Embedder
 from memory.errors import LLMError
 from memory.ingest import facts as F
 from memory.ingest.capture import TurnMessage
-from memory.ingest.queue import QueuedTurn, previous_message
+from memory.ingest.queue import QueuedTurn, claim_done, previous_message
 from memory.ingest.raw import TITLE_CHARS, RawMessage, embed_text, index_text, raw_rows
 from memory.ingest.settings import IngestSettings, IngestStats
 from memory.ingest.turn_prompt import MAX_KNOWN, BatchMates, Shown, TurnAnswer, TurnView, folded_decisions
@@ -88,9 +88,8 @@ class TurnIngest:
         vectors = self.embedder.embed_passages([chunk_text(r) for r in raws])
 
         def write(con: Conn) -> None:
+            claim_done(con, qid, "raw" if needs_facts else "done", utc_naive(self._clock()), int(needs_facts))
             insert_memories(con, raw_rows(raws, needs_facts=needs_facts), vectors)
-            con.execute("UPDATE ingest_queue SET status = ?, done_at = ?, attempts = attempts + ? WHERE id = ?",
-                        ["raw" if needs_facts else "done", utc_naive(self._clock()), int(needs_facts), qid])
 
         self.store.write(write)
 
@@ -222,6 +221,7 @@ class TurnIngest:
     def _write(self, con: Conn, job: TurnJob, plan, decisions, verdict) -> None:
         turn, drafts, raws = job.turn, job.drafts, job.raws
         qid, space_id, session_id, turn_id, created_at = turn.qid, turn.space_id, turn.session_id, turn.turn_id, turn.created_at
+        claim_done(con, qid, "done", utc_naive(self._clock()))
         live = [d for d in drafts if not d.skip]
         rows, vecs, retire = [], [], []
         for d in live:
@@ -258,7 +258,6 @@ class TurnIngest:
             self.stats.facts_written += len(ids)
         if verdict is not None:
             store_verdicts(con, space_id, turn_id, verdict, utc_naive(created_at))
-        con.execute("UPDATE ingest_queue SET status = 'done', done_at = ? WHERE id = ?", [utc_naive(self._clock()), qid])
 
     # --- facts for turns stored raw --------------------------------------------------------
     async def extract_pending_facts(self, limit_turns: int = 20) -> int:

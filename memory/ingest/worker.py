@@ -29,7 +29,7 @@ from memory import prompts
 from memory.embed import Embedder
 from memory.errors import LLMError
 from memory.ingest.capture import decode_payload
-from memory.ingest.queue import QueuedTurn, batches, next_space_turns
+from memory.ingest.queue import AlreadyIngested, QueuedTurn, batches, next_space_turns
 from memory.ingest.settings import IngestSettings, IngestStats
 from memory.ingest.turn_prompt import BatchAnswer, BatchMates, TurnAnswer, render_batch, render_turn, split_batch
 from memory.ingest.turns import Embedded, TurnIngest, TurnJob, vector_inputs
@@ -192,6 +192,9 @@ class IngestWorker:
         try:
             with charged_to(turn.space_id):
                 await work()
+        except AlreadyIngested:
+            log.info("turn %s was ingested by another process meanwhile; not written twice", turn.turn_id)
+            return
         except LLMError as exc:
             await self._failed(turn, str(exc))
             return

@@ -46,6 +46,14 @@ class LocalLocks:
         with self._mutex:
             self._held.discard((int(space), key))
 
+    def holds(self, space: int, key: int) -> bool:
+        with self._mutex:
+            return (int(space), key) in self._held
+
+    def verify(self) -> set[tuple[int, int]]:
+        """Locks lost since the last call: none (they live in this process's memory)."""
+        return set()
+
     def held(self, space: int) -> set[int]:
         with self._mutex:
             return {k for s, k in self._held if s == int(space)}

@@ -152,6 +152,13 @@ class PgLocks:
 
     Lock spaces are mixed with the database and schema, so stores of different schemas on one
     server (tests, or two bots) never see each other's locks.
+
+    The locks live as long as that session, which may end while this process lives (the server
+    restarted, the connection was cut). Whenever the session is found gone (any use of it fails,
+    or `verify()` pings it), a new one re-takes every lock this process held before anything else
+    is done with it; a lock another process took in the meantime is lost, and `take_lost()`
+    reports it, so its holder stops the work the lock guarded (polling a bot, being a worker
+    number) instead of carrying on beside the new holder.
     """
 
     def __init__(self, conninfo: str, kwargs: dict[str, Any]) -> None:
@@ -159,44 +166,89 @@ class PgLocks:
         self._kwargs = kwargs
         self._conn: psycopg.Connection | None = None
         self._mine: set[tuple[int, int]] = set()
+        self._lost: set[tuple[int, int]] = set()
         self._mutex = threading.Lock()
         self._base = 0
 
     def _connection(self) -> psycopg.Connection:
-        if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10, **self._kwargs)
-            where = self._conn.execute("SELECT current_database() || '/' || current_schema()").fetchone()[0]
-            self._base = lock_key(where)
-            self._mine.clear()  # a new session holds nothing
-        return self._conn
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10, **self._kwargs)
+        where = conn.execute("SELECT current_database() || '/' || current_schema()").fetchone()[0]
+        self._base = lock_key(where)
+        self._conn = conn
+        # A new session holds nothing: take back what the old one held (kept in _mine while the
+        # server could not be reached), before any caller relies on holding it.
+        held, self._mine = self._mine, set()
+        for space, key in sorted(held):
+            if conn.execute("SELECT pg_try_advisory_lock(%s, %s)", [self._space(space), key]).fetchone()[0]:
+                self._mine.add((space, key))
+            else:
+                self._lost.add((space, key))
+        if held:
+            log.warning("the lock session was lost and made again: %d lock(s) taken back, %d held elsewhere now",
+                        len(self._mine), len(held) - len(self._mine))
+        return conn
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        """Run one statement on the lock session, making the session again once if it was gone."""
+        conn = self._connection()
+        try:
+            return conn.execute(sql, params).fetchall()
+        except psycopg.OperationalError:
+            if not conn.closed:
+                raise
+            log.warning("the lock session ended (server restarted or connection cut); making it again")
+            return self._connection().execute(sql, params).fetchall()
 
     def _space(self, space: int) -> int:
         return (self._base ^ (int(space) * 0x9E3779B1)) & 0x7FFFFFFF
 
     def try_hold(self, space: int, key: int) -> bool:
         with self._mutex:
-            conn = self._connection()
+            if (int(space), key) in self._mine and self._conn is not None and not self._conn.closed:
+                return True
+            self._connection()  # a session made again re-takes what was held (maybe this one)
             if (int(space), key) in self._mine:
                 return True
-            got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", [self._space(space), key]).fetchone()[0]
+            got = self._execute("SELECT pg_try_advisory_lock(%s, %s)", [self._space(space), key])[0][0]
             if got:
                 self._mine.add((int(space), key))
+                self._lost.discard((int(space), key))
             return bool(got)
+
+    def holds(self, space: int, key: int) -> bool:
+        """Whether this process still holds the lock, checked against the server (a ping that
+        notices a lost session, which re-takes what it can)."""
+        with self._mutex:
+            self._execute("SELECT 1")
+            return (int(space), key) in self._mine
+
+    def verify(self) -> set[tuple[int, int]]:
+        """Ping the session (making it again, re-taking the locks, if it was gone); the locks lost
+        since the last call, which are then forgotten."""
+        with self._mutex:
+            self._execute("SELECT 1")
+            lost, self._lost = self._lost, set()
+            return lost
 
     def release(self, space: int, key: int) -> None:
         with self._mutex:
             if (int(space), key) in self._mine and self._conn is not None and not self._conn.closed:
-                self._conn.execute("SELECT pg_advisory_unlock(%s, %s)", [self._space(space), key])
+                try:
+                    self._conn.execute("SELECT pg_advisory_unlock(%s, %s)", [self._space(space), key])
+                except psycopg.OperationalError:
+                    pass  # the session is gone, and the lock with it
             self._mine.discard((int(space), key))
 
     def held(self, space: int) -> set[int]:
         """Keys of `space` held by any live session (this process's included)."""
         with self._mutex:
-            conn = self._connection()
-            rows = conn.execute(
+            self._connection()
+            rows = self._execute(
                 "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted "
                 "AND classid = %s::bigint::oid AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-                [self._space(space)]).fetchall()
+                [self._space(space)])
             return {int(r[0]) for r in rows}
 
     def close(self) -> None:
@@ -222,8 +274,10 @@ class PgStore:
             psycopg.connect(conninfo, connect_timeout=10, **kwargs).close()
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to the PostgreSQL store {conninfo}: {_first_line(exc)}") from None
-        self._pool = ConnectionPool(conninfo, min_size=1, max_size=pool_max, kwargs=kwargs,
-                                    configure=_configure, open=False, name="memgate")
+        # Checked when taken from the pool: after a server restart every pooled connection is dead,
+        # and each would otherwise fail one caller before the pool noticed.
+        self._pool = ConnectionPool(conninfo, min_size=1, max_size=pool_max, kwargs=kwargs, configure=_configure,
+                                    check=ConnectionPool.check_connection, open=False, name="memgate")
         try:
             self._pool.open(wait=True, timeout=30)
         except Exception as exc:  # noqa: BLE001 - any failure to connect is one line

@@ -5,6 +5,7 @@ independent, and the URL a store opens (search_path = the test's schema, then pu
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlsplit
@@ -36,6 +37,14 @@ class SessionPostgres:
     def drop_schema(self, schema: str) -> None:
         with psycopg.connect(self.admin_url, autocommit=True) as c:
             c.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+    def restart(self, down_seconds: float) -> None:
+        """Stop the server (every session ends, as in a crash or failover), keep it down for
+        `down_seconds`, start it again on the same socket."""
+        self._server.stop()
+        time.sleep(down_seconds)
+        with self._server._lock:
+            self._server.ensure_postgres_running()
 
     def stop(self) -> None:
         self._server.cleanup()

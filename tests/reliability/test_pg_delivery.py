@@ -106,6 +106,66 @@ async def restart_after_kill(tmp: Path, server=None) -> Counts:
                           "tests/bot/delivery/test_cluster_pg.py::test_a_restarted_process_adopts_its_dead_predecessors_work")
 
 
+# --- A2: PostgreSQL restarts under two processes: one poller, nothing answered or ingested twice --
+
+def chunks_twice(url: str) -> int:
+    return len(rows(url, "SELECT turn_id, text FROM memories WHERE kind = 'chunk' GROUP BY turn_id, text HAVING count(*) > 1"))
+
+
+async def database_restart(tmp: Path, server=None, chats: int = 8, rounds: int = 6, down: float = 5.0) -> Counts:
+    name = f"pg A2: two processes, PostgreSQL down {down:.0f} s under load"
+    async with own_postgres(tmp, server) as (server, url), FakeLLM() as llm, FakeTelegram() as tg:
+        envs = [memgate_env(tmp / p, llm.base_url, telegram_config(url, tg), TELEGRAM_BOT_TOKEN=tg.token) for p in "ab"]
+        llm.responder = responder(slow_replies=False)
+        first = await start(envs[0], "run")
+        second = None
+        sent: list[dict] = []
+        try:
+            await until(lambda: tg.calls.count("getUpdates") >= 1, "the first process polling", proc=first)
+            second = await start(envs[1], "run")
+            await until(lambda: len(rows(url, "SELECT n FROM workers")) >= 2, "the second process joined", proc=second)
+
+            def inject(r: int) -> None:
+                for c in range(chats):
+                    sent.append(tg.inject_message(400 + c, f"chat {c} note {r}: shelf {c * 10 + r}", first_name=f"C{c}"))
+            for r in range(rounds // 2):
+                inject(r)
+                await asyncio.sleep(0.1)
+            await until(lambda: sum(1 for n in answers(tg, sent).values() if n) >= len(sent) // 3, "a third answered",
+                        proc=first)
+            restart = asyncio.create_task(asyncio.to_thread(server.restart, down))
+            for r in range(rounds // 2, rounds):  # people go on writing while the database is away
+                inject(r)
+                await asyncio.sleep(down / rounds)
+            await restart
+            conflicts_at_restart = tg.conflicts
+            await settle(lambda: all(answers(tg, sent).values()), timeout=240, proc=first)
+            await settle(lambda: rows(url, "SELECT count(*) FROM ingest_queue WHERE status <> 'pending'")[0][0]
+                         >= len(sent), timeout=240, proc=first)
+            # From here only one process may poll: a few more polls, and no new 409.
+            settled_conflicts = tg.conflicts
+            polls = tg.calls.count("getUpdates")
+            await until(lambda: tg.calls.count("getUpdates") >= polls + 4, "polling goes on", proc=first)
+            late_conflicts = tg.conflicts - settled_conflicts
+        finally:
+            for proc in (first, second):
+                if proc is not None:
+                    await terminate(proc)
+        twice = chunks_twice(url)
+        counts = tally(name, [m["text"] for m in sent], answers(tg, sent), stored_user_texts(url))
+        return replace(counts, note=f"409 conflicts: {conflicts_at_restart} before the restart, {settled_conflicts} by the "
+                                    f"end, {late_conflicts} once settled; chunks ingested twice: {twice}; "
+                                    "tests/reliability/test_pg_delivery.py::test_a2_*, "
+                                    "tests/reliability/test_pg_delivery.py::test_locks_are_taken_back_or_reported_lost_after_the_server_restarts"), \
+            {"late_conflicts": late_conflicts, "chunks_twice": twice}
+
+
+async def database_restart_row(tmp: Path, server=None) -> Counts:
+    counts, seen = await database_restart(tmp, server)
+    # Something ingested twice counts as answered twice in the ledger (a memory kept twice).
+    return replace(counts, answered_twice=counts.answered_twice + seen["chunks_twice"])
+
+
 # --- A3 + A5: a database that refuses writes confirms nothing, and every sender is told ---------
 
 def read_only(server, on: bool) -> None:
@@ -159,6 +219,7 @@ async def read_only_row(tmp: Path, server=None) -> Counts:
 
 ROWS = {
     "pg A1: one process SIGKILLed mid-reply and started again": restart_after_kill,
+    "pg A2: two processes, PostgreSQL down 5 s under load": database_restart_row,
     "pg A3+A5: the database refuses writes while 6 people write": read_only_row,
 }
 
@@ -194,3 +255,44 @@ async def test_a3_a5_a_database_refusing_writes_confirms_nothing_and_tells_every
     assert told == 6  # every sender heard that their message waits, not only the first
     assert counts.messages_in == 6
     assert_safe(counts)
+
+
+async def test_a2_a_database_restart_under_two_processes_answers_and_ingests_each_message_once(
+        tmp_path: Path, own_server) -> None:
+    counts, seen = await database_restart(tmp_path, own_server)
+    print(counts)
+    assert counts.messages_in == 48
+    assert seen["chunks_twice"] == 0
+    assert seen["late_conflicts"] == 0  # one poller again once the locks are sorted out
+    assert_safe(counts)
+
+
+def test_locks_are_taken_back_or_reported_lost_after_the_server_restarts(own_server) -> None:
+    """Issue 22 A2, the mechanism: the restart ends every session and its advisory locks. The
+    process whose session comes back first takes back what it held; the other finds its lock
+    taken, is told so (`check`), stops leading, and joins under a new worker number."""
+    from datetime import UTC, datetime
+
+    from bot.delivery.cluster import Cluster
+    from bot.delivery.inbox import INBOX_MIGRATIONS
+    from memory.store.locks import LockSpace
+
+    schema, url = own_server.fresh_schema()
+    now = lambda: datetime.now(UTC)  # noqa: E731
+    try:
+        with open_store(url, 384, extra_migrations=INBOX_MIGRATIONS) as sa, \
+                open_store(url, 384, extra_migrations=INBOX_MIGRATIONS) as sb:
+            a, b = Cluster(sa, clock=now), Cluster(sb, clock=now)
+            na, nb = a.join(), b.join()
+            assert a.lead("telegram:x") and not b.lead("telegram:x")
+            sb.locks.try_hold(LockSpace.WORKER, 99)  # b holds a third lock
+            own_server.restart(0.5)
+            # b's session comes back first: it takes back its own locks, and a's free one.
+            assert b.lead("telegram:x")
+            assert b.check() == set() and sb.locks.holds(LockSpace.WORKER, 99) and sb.locks.holds(LockSpace.WORKER, nb)
+            assert sb.locks.try_hold(LockSpace.WORKER, na)  # as a process starting now would
+            assert a.check() == {Cluster.leader_key("telegram:x")}
+            assert not a.lead("telegram:x")  # a no longer polls
+            assert a.worker not in (na, nb, None) and a.worker in b.alive()  # joined anew
+    finally:
+        own_server.drop_schema(schema)

@@ -82,6 +82,8 @@ class WechatIlinkAdapter:
         self.name = name
         # One reader of the bot's message cursor (its state lives in data_dir, shared by the processes).
         self.receive_lock = f"wechat-ilink:{name}"
+        # Asked before each getupdates when processes share a database (bot.channel.OneReceiver).
+        self.may_receive: Callable[[], Awaitable[bool]] | None = None
         self.data_dir = Path(data_dir)
         self.stats: dict[str, int] = {"received": 0, "sent": 0, "send_failed": 0, "poll_errors": 0, "expired": 0}
         self._base_override = base_url.rstrip("/") if base_url else None
@@ -194,6 +196,9 @@ class WechatIlinkAdapter:
                 await self._wait_for_new_login()
                 failures = 0
                 continue
+            if self.may_receive is not None and not await self._still_receiver():
+                await self._sleep(self._backoff_base)
+                continue
             try:
                 batch = await self._get_updates()
             except TransportError as exc:
@@ -229,6 +234,14 @@ class WechatIlinkAdapter:
                 continue
             # Left set when cancelled: stop_receiving then waits for the handover to finish.
             self._handing_over = None
+
+    async def _still_receiver(self) -> bool:
+        """Whether this process is (still) the one reader of this bot's cursor."""
+        try:
+            return await self.may_receive()  # type: ignore[misc]
+        except Exception as exc:  # the database is away: read nothing until it says who reads
+            log.warning("wechat: cannot tell whether this process still receives (%s); not polling", exc)
+            return False
 
     async def _get_updates(self) -> UpdatesBatch | None:
         body = proto.getupdates_body(self._cursor, self._client_version)

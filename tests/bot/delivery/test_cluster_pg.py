@@ -155,3 +155,44 @@ async def test_a_job_fired_in_two_processes_runs_once(pg_url):
         assert await running is True
         assert await second._fire("digest") is False  # its timer fires just after: already run, not due
         assert runs == ["a"]
+
+
+async def test_the_start_up_catch_up_runs_once_when_two_processes_start_together(pg_url):
+    """Issue 22 A4: both processes find `digest` due at start (never run): it runs in one, even
+    when the second asks for the job's lock only after the first has finished and let it go."""
+    import threading
+
+    runs: list[str] = []
+    gate = asyncio.Event()
+    first_done = threading.Event()
+
+    def job(who: str):
+        async def run() -> None:
+            runs.append(who)
+            await gate.wait()
+        return run
+
+    with _store(pg_url) as sa, _store(pg_url) as sb:
+        real_try_hold = sb.locks.try_hold
+
+        def late_try_hold(space, key):  # the second process is slower to reach the lock
+            first_done.wait(30)
+            return real_try_hold(space, key)
+
+        sb.locks.try_hold = late_try_hold
+        first = Scheduler(sa, clock=_now, jobs=[JobSpec("digest", job("a"), timedelta(hours=1))])
+        second = Scheduler(sb, clock=_now, jobs=[JobSpec("digest", job("b"), timedelta(hours=1))])
+        await first.start()
+        try:
+            while not runs:
+                await asyncio.sleep(0.01)
+            await second.start()  # finds it due: the first has not finished, nothing is recorded
+            gate.set()
+            await first.wait_idle()
+            first_done.set()
+            await second.wait_idle()
+        finally:
+            first_done.set()
+            await first.stop()
+            await second.stop()
+        assert runs == ["a"]
