@@ -13,6 +13,13 @@ class StoreWriteError(StoreError):
     """A write could not be committed (disk full, I/O error); the same write may work later."""
 
 
+class StoreUnavailableError(StoreWriteError):
+    """The database server could not be reached or refused the work (down, restarting, in
+    recovery): nothing was read or written, and the same work may succeed later. A subclass of
+    StoreWriteError so that every caller that holds work back while the store refuses writes does
+    the same while it cannot be read."""
+
+
 class StoreLockedError(StoreError):
     """Another process (usually a running gateway) holds the database file."""
 

@@ -25,7 +25,7 @@ from bot.channel import Channel, OneReceiver, ReportsHealth
 from bot.delivery.cluster import Cluster
 from bot.delivery.inbox import Inbox, InboxEntry, platform_key
 from bot.delivery.outbox import Outbox, OutboxSettings
-from bot.errors import ChannelError, StoreWriteError
+from bot.errors import ChannelError, StoreError, StoreWriteError
 from bot.media.reader import Attached, MediaReader
 from bot.message import Kind, Message, Reply
 from bot.observe import NoObserver, TurnObserver, TurnOutcome
@@ -185,6 +185,8 @@ class Gateway:
                         await ch.start(self.inbound)
                         waiting.remove(ch)
                 await self._adopt()
+            except StoreError as exc:  # the database is away (restarting): one line a pass, no traceback
+                log.warning("taking over from a stopped process waits for the database: %s", exc)
             except Exception:
                 log.exception("taking over from a stopped process failed; retrying")
 

@@ -27,7 +27,7 @@ from psycopg.adapt import Loader
 from psycopg.types.array import ListDumper
 from psycopg_pool import ConnectionPool
 
-from memory.errors import StoreError, StoreWriteError
+from memory.errors import StoreError, StoreUnavailableError, StoreWriteError
 from memory.store.dialect import POSTGRES, Dialect
 from memory.store.locks import lock_key
 from memory.store.placeholders import to_pyformat
@@ -173,7 +173,10 @@ class PgLocks:
     def _connection(self) -> psycopg.Connection:
         if self._conn is not None and not self._conn.closed:
             return self._conn
-        conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10, **self._kwargs)
+        try:
+            conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10, **self._kwargs)
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailableError(f"the PostgreSQL lock session could not be made: {_first_line(exc)}") from exc
         where = conn.execute("SELECT current_database() || '/' || current_schema()").fetchone()[0]
         self._base = lock_key(where)
         self._conn = conn
@@ -195,11 +198,14 @@ class PgLocks:
         conn = self._connection()
         try:
             return conn.execute(sql, params).fetchall()
-        except psycopg.OperationalError:
+        except psycopg.OperationalError as exc:
             if not conn.closed:
-                raise
+                raise StoreUnavailableError(f"the PostgreSQL lock session failed: {_first_line(exc)}") from exc
             log.warning("the lock session ended (server restarted or connection cut); making it again")
-            return self._connection().execute(sql, params).fetchall()
+            try:
+                return self._connection().execute(sql, params).fetchall()
+            except psycopg.OperationalError as exc:
+                raise StoreUnavailableError(f"the PostgreSQL lock session failed: {_first_line(exc)}") from exc
 
     def _space(self, space: int) -> int:
         return (self._base ^ (int(space) * 0x9E3779B1)) & 0x7FFFFFFF
@@ -340,12 +346,15 @@ class PgStore:
     def read(self, fn: Callable[[PgConn], T]) -> T:
         """Run `fn` on a pooled connection inside a transaction of its own (so `SET LOCAL`
         settings of a query stay in it); each statement sees every commit before it."""
-        with self._pool.connection() as conn, conn.transaction():
-            con = PgConn(conn)
-            try:
-                return fn(con)
-            finally:
-                con.close()
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                con = PgConn(conn)
+                try:
+                    return fn(con)
+                finally:
+                    con.close()
+        except psycopg.OperationalError as exc:  # the server, not the query (that is ProgrammingError)
+            raise StoreUnavailableError(f"the PostgreSQL store could not be read: {_first_line(exc)}") from exc
 
     async def awrite(self, fn: Callable[[PgConn], T], *, serial: str = MEMORY_WRITES) -> T:
         return await asyncio.to_thread(self.write, fn, serial=serial)
