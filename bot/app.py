@@ -368,8 +368,21 @@ def _wire_tasks_and_jobs(app: App, tools: ToolBox, embedder: Embedder) -> None:
     async def flush_usage() -> None:
         await app.extras["usage"].aflush()
 
+    async def prune_turn_text() -> None:
+        # What the design needs of an ingested turn is its receipt; its words live on as memories.
+        from bot.turn.sessions import HISTORY_TURNS
+        from memory.ingest.queue import prune_turn_text as prune
+        from memory.store.rows import utc_naive
+
+        cutoff = utc_naive(app.clock()) - timedelta(days=app.settings.memory.keep_turn_text_days)
+        pruned = await engine.store.awrite(lambda c: prune(c, cutoff, HISTORY_TURNS))
+        if pruned:
+            log.info("emptied the words of %d ingested turns older than %s days (their receipts stay)",
+                     pruned, app.settings.memory.keep_turn_text_days)
+
     jobs = [JobSpec("rebuild_fts", rebuild_fts, timedelta(minutes=s.fts_rebuild_minutes)),
             JobSpec("flush_usage", flush_usage, timedelta(minutes=1)),
+            JobSpec("prune_turn_text", prune_turn_text, timedelta(hours=1)),
             JobSpec("retry_ingest", retry_ingest, timedelta(minutes=s.retry_ingest_minutes))]
     if app.memory_llm is not None:
         wired = wire_tasks(TaskHost(store=app.store, engine=engine, llm=app.memory_llm, embedder=embedder,

@@ -63,6 +63,7 @@ class MemoryConfig(_Section):
     ingest_batch_tokens: int = Field(2000, ge=1, le=64_000)  # a space's queued turns share one LLM call up to this
     embed_piece_chars: int = Field(2000, ge=200, le=32_000)
     embed_max_pieces: int = Field(4, ge=1, le=64)
+    keep_turn_text_days: float = Field(7.0, ge=1, le=3650)  # an ingested turn's words leave the ingest queue after this
 
     @model_validator(mode="after")
     def _search_bounds(self) -> MemoryConfig:

@@ -15,6 +15,10 @@ from memory.store.connection import Conn, Migration, Store
 from memory.store.rows import new_id, utc_naive
 from memory.text import estimate_tokens
 
+# The most turns of a session read back as history (their words are kept that long: see
+# memory.ingest.queue.prune_turn_text).
+HISTORY_TURNS = 20
+
 SESSION_MIGRATIONS = (
     Migration(300, "sessions", """
         CREATE TABLE sessions (
@@ -62,7 +66,7 @@ class Sessions:
 
         return await self.store.awrite(write)
 
-    async def history(self, session: Session, max_tokens: int, max_turns: int = 20) -> list[dict]:
+    async def history(self, session: Session, max_tokens: int, max_turns: int = HISTORY_TURNS) -> list[dict]:
         """The session's recent user/assistant messages, newest last, within a token budget.
 
         Read by (space, session): a session id is only a name, and a turn filed under it in

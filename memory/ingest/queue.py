@@ -9,6 +9,7 @@ from datetime import datetime
 
 from memory.ingest.capture import TurnMessage, decode_payload
 from memory.store.connection import Conn
+from memory.store.dialect import dialect_of
 from memory.text import estimate_tokens
 
 
@@ -36,6 +37,31 @@ def claim_done(con: Conn, qid: str, status: str, now: datetime, extra_attempts: 
     if con.execute("UPDATE ingest_queue SET status = ?, done_at = ?, attempts = attempts + ? "
                    "WHERE id = ? AND status = 'pending' RETURNING id", [status, now, extra_attempts, qid]).fetchone() is None:
         raise AlreadyIngested(qid)
+
+
+# What a pruned turn's payload keeps: its created_at (and any other key) but no message. The
+# "pruned" key marks it done; a message text cannot fake the marker (its quotes are escaped).
+_PRUNED_PATCH = '{"messages": [], "pruned": true}'
+
+
+def prune_turn_text(con: Conn, cutoff: datetime, keep_turns: int) -> int:
+    """Empty the payloads of ingested turns that nothing reads any more; the rows stay as
+    receipts (the (space, turn) key that makes a repeated capture a no-op). A turn's words are
+    read back only as session history (the latest `keep_turns` of a session) and as the context
+    of the next turn's ingest; once ingested (done, or stored raw) and finished before `cutoff`,
+    a turn that is not among its session's latest `keep_turns`, or whose session saw nothing
+    since `cutoff`, keeps no text here: its memories hold what was said. Returns turns pruned."""
+    patch = dialect_of(con).json_patch("payload", _PRUNED_PATCH)
+    return len(con.execute(f"""
+        UPDATE ingest_queue SET payload = {patch} WHERE id IN (
+            SELECT id FROM (
+                SELECT id, status, done_at, payload,
+                       row_number() OVER (PARTITION BY space_id, session_id ORDER BY created_at DESC, id DESC) AS rn,
+                       max(created_at) OVER (PARTITION BY space_id, session_id) AS newest
+                FROM ingest_queue) q
+            WHERE q.status IN ('done', 'raw') AND q.done_at < ? AND (q.rn > ? OR q.newest < ?)
+              AND q.payload NOT LIKE '%"pruned": true%' AND q.payload NOT LIKE '%"pruned":true%')
+        RETURNING id""", [cutoff, keep_turns, cutoff]).fetchall())
 
 
 def previous_message(con: Conn, qid: str, space_id: str, session_id: str | None) -> TurnMessage | None:
