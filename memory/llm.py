@@ -262,7 +262,7 @@ class LiteLLM:
         chunk) must finish within `first_token_timeout`; after that each chunk within `timeout`."""
         s = self.settings
         kwargs = {**kwargs, "stream": True, "stream_options": {"include_usage": True}}
-        first_wait = float(s.first_token_timeout or s.timeout)
+        first_wait = min(float(s.first_token_timeout or s.timeout), s.timeout)  # never past the call's own timeout
 
         async def opening():
             stream = await lib.acompletion(**kwargs)
