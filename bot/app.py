@@ -341,7 +341,8 @@ def _wire_api(app: App, embedder: Embedder) -> None:
                                      if name not in (chats.name, key_chats.name) or (name == chats.name and chats.local is not None)},
                    job_statuses=scheduler.status if scheduler is not None else list,
                    flush_usage=app.extras["usage"].aflush, chats=chats, key_chats=key_chats,
-                   bot_name=app.settings.agent.name)
+                   bot_name=app.settings.agent.name, cancel=app.gateway.cancel_turn,
+                   commands=tuple(c.name for c in app.commands.menu()))
     web_app = create_app(app.engine, keys, host, metrics, settings=server, clock=app.clock)
     app.extras["metrics"] = metrics
     app.extras["api"] = ApiServer(web_app, keys, app.settings.data_path, server)

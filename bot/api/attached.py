@@ -30,7 +30,7 @@ ATTACHED_SUFFIX = "@attached"
 # One client that stops reading must not hold the gateway's memory: past this many undelivered
 # events it is cut off (its terminal says the line to the gateway broke).
 MAX_PENDING_EVENTS = 256
-LEAVE_HELP = "/quit, /exit (or just quit, exit, Ctrl-D, Ctrl-C): leave the terminal chat"
+LEAVE_HELP = "/quit, /exit, quit, Ctrl-D, Ctrl-C on an empty line: leave the terminal chat"  # adapters/console.py says the same
 
 
 def attached_chat(user: str) -> str:

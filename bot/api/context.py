@@ -48,6 +48,9 @@ class ApiHost:
     chats: AttachedTerminals | None = None
     key_chats: AttachedTerminals | None = None        # the same, attached with a space key
     bot_name: str = "memgate"                         # how replies are signed in an attached terminal
+    commands: tuple[str, ...] = ()                    # what Tab completes after "/" there
+    # Stops the turn in flight in a chat (channel, chat id) -> whether one was: an attached terminal's Ctrl-C.
+    cancel: Callable[[str, str], Awaitable[bool]] | None = None
 
 
 HOST = web.AppKey("host", ApiHost)

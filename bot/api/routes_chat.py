@@ -2,12 +2,14 @@
 a gateway instead of opening the database (bot.operator.chat_client is the other end).
 
     GET  /api/v1/admin/chat/events?user=NAME   NDJSON, one event a line, while the client listens:
-         {"type": "attached", "chat", "as", "bot_name"} first, then {"type": "typing", "on", "message_id"},
+         {"type": "attached", "chat", "as", "bot_name", "commands"} first, then {"type": "typing", "on", "message_id"},
          {"type": "reply", "text", "reply_to", "document"?}, {"type": "ping"} every PING_S, and
          {"type": "closing"} when the gateway stops.
     POST /api/v1/admin/chat/messages  {"user", "text", "message_id"} -> 202 once the line is in
          the gateway's inbox (durable), 503 when the store cannot record it (the client keeps the
          line and sends it again, as the in-process terminal does).
+    POST /api/v1/admin/chat/cancel  {"user"} -> {"cancelled": bool}: the terminal's Ctrl-C, the turn
+         in flight stopped (what was said stays captured; no answer is sent).
 
 The same two routes under /api/v1/chat take a space key with write scope instead (the key stands
 for its person: its space, and public, as in any DM; `MEMGATE_API_KEY=... memgate chat`).
@@ -89,7 +91,9 @@ async def events(request: web.Request) -> web.StreamResponse:
         await resp.write((json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8"))
 
     async with who.chats.listen(who.chat) as listener:
-        await write({"type": "attached", "chat": who.chat, "as": who.sender_name, "bot_name": request.app[HOST].bot_name})
+        host = request.app[HOST]
+        await write({"type": "attached", "chat": who.chat, "as": who.sender_name, "bot_name": host.bot_name,
+                     "commands": list(host.commands)})
         while True:
             try:
                 event = await asyncio.wait_for(listener.events.get(), PING_S)
@@ -130,6 +134,17 @@ async def message(request: web.Request) -> web.Response:
         raise ApiError(503, "unavailable", f"the gateway could not record the message ({exc}); send it again",
                        {"Retry-After": "1"}) from None
     return web.json_response({"accepted": message_id, "chat": msg.chat_id}, status=202)
+
+
+@routes.post(ADMIN + "/cancel")
+@routes.post(KEYED + "/cancel")
+async def cancel(request: web.Request) -> web.Response:
+    """{"user"} (admin token) or {} (a key): stop the reply being written in that terminal's
+    conversation (its Ctrl-C). What was said stays captured; no answer is sent for it."""
+    body = await body_json(request)
+    who, host = _speaker(request, body.get("user")), request.app[HOST]
+    cancelled = await host.cancel(who.chats.name, who.chat) if host.cancel is not None else False
+    return web.json_response({"cancelled": cancelled})
 
 
 async def close_streams(app: web.Application) -> None:

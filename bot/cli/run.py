@@ -140,13 +140,18 @@ def cmd_chat(settings: Settings, args) -> int:
     setup_logging(settings, to_file=True, to_stderr=logging.ERROR)
     console = _console(settings, args.user)
     if console.interactive:
-        print(f"memgate: talking as {console.user}. /help for commands (Tab completes them); /quit or Ctrl-D to leave.\n"
-              "(Ctrl-C clears the line, stops a reply being written, and on an empty line leaves; arrow keys edit,\n"
-              f"Up recalls earlier lines; logs go to {log_file(settings)})\n")
+        print(chat_banner(settings, console.user))
     with terminal_session(settings, console):
         code = asyncio.run(_serve(settings, [console], until_console_closes=True,
                                   serve_api=bool(args.api) and settings.api.enabled))
     return code
+
+
+def chat_banner(settings: Settings, user: str, where: str = "") -> str:
+    """What `memgate chat` says first on a terminal, in-process or attached (the same keys either way)."""
+    return (f"memgate: talking as {user}{where}. /help for commands (Tab completes them); /quit or Ctrl-D to leave.\n"
+            "(Ctrl-C clears the line, stops a reply being written, and on an empty line leaves; arrow keys edit,\n"
+            f"Up recalls earlier lines; logs go to {log_file(settings)})\n")
 
 
 def _attach(settings: Settings, client, user: str | None, key: str | None) -> int:
@@ -167,6 +172,7 @@ async def _chat_through(settings: Settings, client, console, key: str | None) ->
     from contextlib import AsyncExitStack
     from datetime import UTC, datetime
 
+    from bot.channel import MenuCommand
     from bot.message import Document, Message, Reply
     from bot.operator.chat_client import ChatLink, LineRefused
 
@@ -179,10 +185,11 @@ async def _chat_through(settings: Settings, client, console, key: str | None) ->
             pass
     async with ChatLink(client, console.user, key) as link:
         console.bot_name, console.user = link.bot_name, link.user   # a key talks as the gateway names it
+        own = {name for name, _ in console.local_commands()}
+        console.set_command_menu([MenuCommand(n, "") for n in link.commands if n not in own])  # Tab completes them
+        console.on_cancel = lambda channel, chat: link.cancel()                       # Ctrl-C stops the reply
         if console.interactive:
-            print(f"memgate: talking as {console.user} through the running gateway at {client.url}. /help for "
-                  "commands; /quit, Ctrl-D or Ctrl-C to leave.\n(arrow keys edit the line, Up recalls earlier ones; "
-                  f"logs go to {log_file(settings)})\n", flush=True)
+            print(chat_banner(settings, console.user, f" through the running gateway at {client.url}"), flush=True)
         thinking: dict[str, AsyncExitStack] = {}
 
         def reply(text: str, document: Document | None = None) -> Reply:

@@ -44,6 +44,8 @@ class ChatLink:
         self.bot_name = "memgate"
         self.chat = ""
         self.pending: set[str] = set()
+        self.commands: list[str] = []        # the gateway's commands, for Tab
+        self._in_flight: str | None = None   # the line whose turn is running (its typing is on)
         self.answered = asyncio.Event()   # set whenever nothing is pending
         self.answered.set()
         self._http: aiohttp.ClientSession | None = None
@@ -69,6 +71,7 @@ class ChatLink:
             raise GatewayCallError(f"the gateway at {self.client.url} did not attach this terminal")
         self.chat, self.bot_name = first["chat"], first.get("bot_name") or self.bot_name
         self.user = first.get("as") or self.user
+        self.commands = [str(c) for c in first.get("commands") or ()]
         return self
 
     async def __aexit__(self, et: type[BaseException] | None, exc: BaseException | None,
@@ -97,11 +100,29 @@ class ChatLink:
                 return
             if event.get("type") == "ping":
                 continue
-            if event.get("type") == "reply" and event.get("reply_to") in self.pending:
-                self.pending.discard(event["reply_to"])
-                if not self.pending:
-                    self.answered.set()
+            if event.get("type") == "reply":
+                self._answered(event.get("reply_to"))
+            elif event.get("type") == "typing":
+                self._in_flight = event.get("message_id") if event.get("on") else None
             yield event
+
+    def _answered(self, message_id: object) -> None:
+        self.pending.discard(message_id)  # type: ignore[arg-type]
+        if not self.pending:
+            self.answered.set()
+
+    async def cancel(self) -> bool:
+        """Stop the reply being written (Ctrl-C); True when a turn was in flight. That line gets no
+        answer, so it is no longer waited for."""
+        assert self._http is not None
+        try:
+            async with self._http.post(self.client.url + self._routes + "/cancel", json=self._who) as resp:
+                cancelled = resp.status == 200 and bool((await resp.json(content_type=None)).get("cancelled"))
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
+            return False
+        if cancelled and self._in_flight is not None:
+            self._answered(self._in_flight)
+        return cancelled
 
     async def send(self, text: str, message_id: str) -> None:
         """Hand a line in; returns once the gateway has it in its inbox. StoreError when it could not

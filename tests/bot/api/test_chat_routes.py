@@ -39,7 +39,12 @@ async def test_each_attached_terminal_gets_its_own_replies_through_the_gateway(t
         async with api.http.get(EVENTS, params={"user": "ann"}, headers=auth) as ann, \
                 api.http.get(EVENTS, params={"user": "bob"}, headers=auth) as bob:
             assert ann.status == 200 and bob.status == 200
-            assert (await _next(ann))["chat"] == "ann@attached" and (await _next(bob))["chat"] == "bob@attached"
+            first = await _next(ann)
+            assert first["chat"] == "ann@attached" and (await _next(bob))["chat"] == "bob@attached"
+            assert "help" in first["commands"] and "whoami" in first["commands"]   # what Tab completes
+            # Ctrl-C with nothing in flight cancels nothing.
+            assert (await api.call("POST", "/api/v1/admin/chat/cancel", admin, json={"user": "ann"}))[1] == \
+                {"cancelled": False}
             status, body, _ = await api.call("POST", MESSAGES, admin, json={"user": "ann", "text": "/help", "message_id": "a1"})
             assert status == 202 and body == {"accepted": "a1", "chat": "ann@attached"}
             status, _, _ = await api.call("POST", MESSAGES, admin, json={"user": "bob", "text": "/help", "message_id": "b1"})

@@ -1,7 +1,7 @@
 """`memgate chat` attaches to a running gateway (issue 24 item 2): a headless `memgate run` (no
 terminal, the API on), then `memgate public add` through it (refused before: the database was
-locked), then `memgate chat` in a real pseudo-terminal: the same line editor, a reply, and the
-turn in the person's memory, captured by the gateway's own path (inbox, queue, access, agent,
+locked), then `memgate chat` in a real pseudo-terminal: the same line editor (the spinner, Ctrl-C
+stopping a reply, Tab completing a command), a reply, and the turn in the person's memory, captured by the gateway's own path (inbox, queue, access, agent,
 capture). A real gateway, the fake LLM; nothing here is timed."""
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import pytest
 from tests.adapters.pty_screen import ROOT, Tty, tty_env
 from tests.bot.cli.test_run_without_terminal import headless
 from tests.fakes import brain
+from tests.fakes.llm_server import Delay
+from tests.reliability.procs import HANG, is_reply_request
 
 pytestmark = pytest.mark.timeout(600)  # real subprocesses on a shared 2-core machine
 
@@ -36,7 +38,12 @@ async def admin_get(data, path: str, **query: str) -> dict:
 
 
 async def test_chat_attaches_to_the_running_gateway_and_public_add_goes_through_it(tmp_path, fake_llm):
-    fake_llm.responder = brain.respond
+    hold = asyncio.Event()  # the first reply is being written until the test says so
+
+    def respond(req):
+        return Delay(HANG, brain.respond(req)) if is_reply_request(req) and not hold.is_set() else brain.respond(req)
+
+    fake_llm.responder = respond
     env = tty_env(tmp_path, fake_llm.base_url, MEMGATE_API_PORT="0")
     data = tmp_path / "data"
     async with headless([sys.executable, "-m", "bot.cli", "run"], env, ROOT, data) as (url, err, out):
@@ -48,6 +55,16 @@ async def test_chat_attaches_to_the_running_gateway_and_public_add_goes_through_
         tty = Tty(["-m", "bot.cli", "chat", "--user", "ann"], env)
         try:
             await tty.shows("through the running gateway at " + url)
+            await tty.prompt("ann> ")
+            tty.send("tell me a very long story\r")       # held by the model: the spinner runs...
+            await tty.shows("thinking")
+            tty.send("\x03")                               # ...and Ctrl-C stops that turn in the gateway
+            await tty.shows("reply cancelled")
+            await tty.wait_screen(lambda lines: not any("thinking" in line for line in lines), "the spinner gone")
+            await tty.prompt("ann> ")
+            hold.set()
+            tty.send("/hel\t\r")                           # Tab completes the gateway's commands
+            await tty.wait_screen(lambda _: "/whoami: who I think you are" in tty.transcript(), "the /help answer")
             await tty.prompt("ann> ")
             tty.send("my bike is green\r")
             await tty.shows("You said: my bike is green")
