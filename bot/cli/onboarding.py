@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.cli.setup_files import SetupChoices, write_setup
+from bot.cli.setup_files import SetupChoices, write_private, write_setup
 from bot.config import check_proxy_url, load_settings
 from bot.errors import ConfigError, MemgateError
 from bot.model_servers import KNOWN_SERVERS, OLLAMA, FoundServer, detect, down_hint, probe, shown_address
@@ -274,20 +274,37 @@ async def run_onboard(flags: OnboardFlags, asker: TerminalAsker | None,
     """Ask (or read the flags), check each answer for real, write the files; returns what to run."""
     say = asker.say if asker else (lambda text: None)
     config = flags.config.expanduser()
+    previous = None
     if config.exists() and not flags.force:
-        if asker is None or not asker.yes(f"{config} exists. Replace it?", False):
+        if asker is None:
+            raise ConfigError(f"{config} exists: pass --force to replace it, or --config PATH for another file")
+        previous = _previous(config)
+        if previous is None and not asker.yes(f"{config} exists but cannot be read. Replace it?", False):
             raise ConfigError(f"{config} exists: pass --force to replace it, or --config PATH for another file")
     if asker is not None:
-        say("memgate onboard: a few questions, each answer checked; nothing is written until the end.\n")
-    data_dir = asker.ask("Where should memgate keep its data?", flags.data_dir) if asker else flags.data_dir
-    api_base, model, found, key = await _choose_model(flags, asker)
+        say("memgate onboard: a few questions, each answer checked; nothing is written until the end. A step can be\n"
+            "skipped and done later by running `memgate onboard` again; Ctrl-C stops with nothing written.\n")
+        if previous is not None:
+            say(f"{config} exists: picking up from it (Enter keeps each answer; it is kept as {config.name}.before-onboard).\n")
+    data_dir = flags.data_dir if previous is None else previous.data_dir
+    data_dir = asker.ask("Where should memgate keep its data?", data_dir) if asker else data_dir
+    if (asker is not None and previous is not None and previous.llm_configured
+            and asker.yes(f"Keep the model {previous.llm.model} at {shown_address(previous.llm.api_base, previous.llm.model)}?",
+                          True)):
+        api_base, model, found, key = previous.llm.api_base, previous.llm.model, "", previous.secret("llm_api_key")
+    else:
+        api_base, model, found, key = await _choose_model(flags, asker)
     secrets: dict[str, str] = {"MEMGATE_LLM_API_KEY": key} if key else {}
-    user = flags.console_user or os.environ.get("USER") or "me"
+    user = flags.console_user or (previous.channels.console.user if previous else "") or os.environ.get("USER") or "me"
     if asker is not None:
         user = asker.ask("\nYour name in the terminal chat", user)
-    choices = SetupChoices(data_dir=data_dir, llm_api_base=api_base, llm_model=model, llm_found=found,
-                           console_user=user, owners=(f"console:{user}", *flags.owner))
+    kept_owners = tuple(previous.access.owners) if previous is not None else ()
+    choices = SetupChoices(data_dir=data_dir, llm_api_base=api_base, llm_model=model, llm_found=found, console_user=user,
+                           owners=tuple(dict.fromkeys((f"console:{user}", *flags.owner, *kept_owners))))
     channels = set(flags.channels)
+    if previous is not None:
+        channels |= {name for name, on in (("telegram", previous.channels.telegram.enabled),
+                                           ("wechat", previous.channels.wechat.enabled)) if on}
     if asker is not None:
         say("\nChannels: the terminal is always there. Others:")
         if asker.yes("Telegram?", "telegram" in channels):
@@ -303,7 +320,12 @@ async def run_onboard(flags: OnboardFlags, asker: TerminalAsker | None,
         raise ConfigError(f"--channels: unknown channel {', '.join(sorted(unknown))} (console, telegram, wechat)")
     later: list[str] = []
     if "telegram" in channels:
-        choices, token = await _telegram(flags, asker, choices)
+        kept = previous.secret("telegram_token") if previous is not None else None
+        if kept and asker is not None and asker.yes("Keep the Telegram bot as it is (its token is set)?", True):
+            tg = previous.channels.telegram
+            choices, token = replace(choices, telegram=True, telegram_base_url=tg.base_url, telegram_proxy=tg.proxy), kept
+        else:
+            choices, token = await _telegram(flags, asker, choices)
         if token is None:
             channels.discard("telegram")
             later.append(f"Telegram: skipped; add it later with `memgate --config {config} onboard` (it keeps the rest)")
@@ -316,6 +338,9 @@ async def run_onboard(flags: OnboardFlags, asker: TerminalAsker | None,
         else:
             later.append(f"WeChat: log the bot in first with `memgate --config {config} wechat login`")
     choices = replace(choices, secrets=secrets)
+    if previous is not None:
+        # Keys onboarding does not ask about are not carried over: the old file stays beside it.
+        write_private(config.with_name(config.name + ".before-onboard"), config.read_text(encoding="utf-8"))
     env_path = write_setup(choices, config, now())
     # What was written must start: read it back exactly as `memgate run` will.
     load_settings(config, env={k: v for k, v in os.environ.items() if not k.startswith(("MEMGATE_", "TELEGRAM_"))})
@@ -327,6 +352,16 @@ async def run_onboard(flags: OnboardFlags, asker: TerminalAsker | None,
                f"owners: {', '.join(choices.owners)}",
                f"config: {config}" + (f" (secrets in {env_path}, mode 600)" if env_path else ""), *later)
     return Outcome(config, env_path, start, summary)
+
+
+def _previous(config: Path):
+    """The settings an earlier (perhaps partly skipped) onboarding wrote, its secrets included;
+    None when the file cannot be read as a config."""
+    try:
+        return load_settings(config, env={k: v for k, v in os.environ.items()
+                                          if not k.startswith(("MEMGATE_", "TELEGRAM_", "WECHAT_"))})
+    except (ConfigError, OSError):
+        return None
 
 
 async def _telegram(flags: OnboardFlags, asker: TerminalAsker | None,

@@ -199,11 +199,12 @@ async def test_interactive_onboard_logs_the_wechat_bot_in_by_qr_code(tmp_path, f
     assert written["channels"]["wechat"]["enabled"] is True
 
 
-async def test_interactive_onboard_refuses_what_is_not_on_a_menu_and_an_empty_token_skips_telegram(
+async def test_interactive_onboard_refuses_what_is_not_on_a_menu_skips_telegram_and_resumes_later(
         tmp_path, fake_llm, telegram):
     """Issue 27: "9" in the model menu was silently "something else", and an empty token answer
     was asked again forever. Now a menu asks again, and Enter alone at the token leaves Telegram
-    for later: the config is written with the rest and says how to add it."""
+    for later: the config is written with the rest and says how to add it; onboarding again
+    picks up from that config and does the skipped step."""
     fake_llm.responder = brain.respond
     config = tmp_path / "cfg" / "memgate.toml"
     env = tty_env(tmp_path / "home", None)
@@ -239,6 +240,37 @@ async def test_interactive_onboard_refuses_what_is_not_on_a_menu_and_an_empty_to
     assert "getMe" not in telegram.calls
     settings = load_settings(config, env={})
     assert not settings.channels.telegram.enabled and settings.llm.model == "fake-model"
+
+    # Later: onboarding again picks up from the config, Enter keeps each answer, and the skipped
+    # step is done now.
+    tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
+               "--telegram-api-base", telegram.base_url], env)
+    try:
+        await tty.shows("picking up from it")
+        await tty.shows("Where should memgate keep its data?")
+        tty.send("\r")
+        await tty.shows("Keep the model fake-model")
+        tty.send("\r")
+        await tty.shows("Your name in the terminal chat [ann]")
+        tty.send("\r")
+        await tty.shows("Telegram? [y/N]")
+        tty.send("y\r")
+        await tty.shows("WeChat (personal account, iLink QR login)? [y/N]")
+        tty.send("\r")
+        await tty.shows("Telegram bot token (hidden)")
+        tty.send(f"{telegram.token}\r")
+        await tty.shows("Your Telegram user id")
+        tty.send(f"{OWNER_ID}\r")
+        await tty.shows("Start it with:")
+        assert await tty.exit_status() == 0
+    finally:
+        tty.close()
+    assert "Testing fake-model" not in tty.transcript()        # kept, not asked again
+    check_written(config, telegram.token)
+    settings = load_settings(config, env={})
+    assert settings.data_path == tmp_path / "data" and settings.channels.console.user == "ann"
+    assert "console:ann" in settings.access.owners
+    assert (config.parent / "memgate.toml.before-onboard").is_file()
 
 
 async def test_ctrl_c_at_the_hidden_token_prompt_stops_onboarding_at_once(tmp_path, fake_llm, telegram):
