@@ -197,6 +197,29 @@ def test_service_install_status_uninstall_in_a_temporary_unit_folder(tmp_path):
     assert not unit.exists()
 
 
+async def test_the_units_command_runs_headless_after_a_terminal_only_setup(tmp_path):
+    """Issue 24: after an onboarding that enabled only the terminal, the unit's `memgate run` exited 2
+    (no terminal under systemd) and Restart=on-failure restarted it forever. Its exact command line,
+    environment and working folder, stdin /dev/null as StandardInput=null gives: it stays up and
+    serves the API. (`memgate` is this checkout's `python -m bot.cli`, as in the image's test.)"""
+    from tests.bot.cli.test_run_without_terminal import headless
+
+    data = tmp_path / "data"
+    config = tmp_path / "memgate.toml"
+    config.write_text(f'data_dir = "{data}"\n[channels.telegram]\nenabled = false\n[api]\nport = 0\n')
+    assert _service(tmp_path, "install", "--user", config=config).returncode == 0
+    unit = (tmp_path / "units" / "memgate.service").read_text()
+    fields = dict(line.split("=", 1) for line in unit.splitlines() if "=" in line and not line.startswith("#"))
+    assert fields["StandardInput"] == "null" and fields["Restart"] == "on-failure"
+    argv = shlex.split(fields["ExecStart"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMGATE_", "TELEGRAM_", "WECHAT_"))}
+    env.update(dict(part.split("=", 1) for part in shlex.split(fields["Environment"])))
+    env["PYTHONPATH"] = str(ROOT)
+    command = [sys.executable, "-m", "bot.cli", *argv[argv.index("--config"):]]
+    async with headless(command, env, fields["WorkingDirectory"], data) as (url, err, out):
+        assert any("the terminal channel is skipped" in line for line in err)
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
 @pytest.mark.parametrize("scope", [["--user"], []])
 def test_the_unit_passes_systemd_analyze_verify(tmp_path, scope):
