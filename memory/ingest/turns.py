@@ -77,19 +77,33 @@ class TurnIngest:
 
     # --- stored without the LLM --------------------------------------------------------------------------
     def store_raw(self, turn: QueuedTurn, needs_facts: bool) -> None:
-        qid, space_id, session_id = turn.qid, turn.space_id, turn.session_id
-        before = self.store.read(lambda c: previous_message(c, qid, space_id, session_id))
-        raws = _raw_messages(space_id, session_id, turn.turn_id, turn.messages, turn.created_at, before)
-        # Only this turn's hashes: reading every hash of a large space cost a scan per turn.
+        self.store_raw_many([turn], needs_facts)
+
+    def store_raw_many(self, turns: Sequence[QueuedTurn], needs_facts: bool) -> None:
+        """Turns of one space stored raw (in queue order) with one embedding run and one write:
+        per turn, two reads, a model call of two texts and a commit cost more than its texts."""
+        space_id = turns[0].space_id
+        raws: list[RawMessage] = []
+        for turn in turns:
+            before = self.store.read(lambda c, t=turn: previous_message(c, t.qid, t.space_id, t.session_id))
+            raws += _raw_messages(space_id, turn.session_id, turn.turn_id, turn.messages, turn.created_at, before)
+        # Only these turns' hashes: reading every hash of a large space cost a scan per turn.
         hashes = {r[0] for r in self.store.read(lambda c: c.execute(
             "SELECT content_hash FROM memories WHERE space_id = ? AND kind = 'chunk' AND status = 'active' "
             "AND content_hash IN (SELECT unnest(?))", [space_id, [content_hash(r.text) for r in raws]]).fetchall())}
-        raws = [r for r in raws if content_hash(r.text) not in hashes]
-        vectors = self.embedder.embed_passages([chunk_text(r) for r in raws])
+        kept = []
+        for r in raws:  # an exact duplicate, stored before or earlier in these turns, is skipped
+            h = content_hash(r.text)
+            if h not in hashes:
+                hashes.add(h)
+                kept.append(r)
+        vectors = self.embedder.embed_passages([chunk_text(r) for r in kept])
+        done_at = utc_naive(self._clock())
 
         def write(con: Conn) -> None:
-            claim_done(con, qid, "raw" if needs_facts else "done", utc_naive(self._clock()), int(needs_facts))
-            insert_memories(con, raw_rows(raws, needs_facts=needs_facts), vectors)
+            for t in turns:  # first: a turn another process wrote meanwhile rolls this back
+                claim_done(con, t.qid, "raw" if needs_facts else "done", done_at, int(needs_facts))
+            insert_memories(con, raw_rows(kept, needs_facts=needs_facts), vectors)
 
         self.store.write(write)
 

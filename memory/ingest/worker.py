@@ -163,11 +163,14 @@ class IngestWorker:
                         await changed.wait()
                         continue
                     try:
-                        for batch in batches(rows, self.settings.batch_tokens):
-                            if len(batch) == 1 or self.llm is None:
-                                await self._process(*batch[0])
-                            else:
-                                await self._process_batch(batch)
+                        if self.llm is None:  # raw memory: the whole claim at once (it took only its first turn)
+                            await self._process_raw(rows)
+                        else:
+                            for batch in batches(rows, self.settings.batch_tokens):
+                                if len(batch) == 1:
+                                    await self._process(*batch[0])
+                                else:
+                                    await self._process_batch(batch)
                     finally:
                         await release(rows[0][1])
                         self._signal_change()
@@ -187,6 +190,20 @@ class IngestWorker:
         turn = QueuedTurn(qid, space_id, session_id, turn_id, messages, created_at, attempts)
         await self._settle(turn, lambda: self._process_turn(turn))
 
+    async def _process_raw(self, rows: Sequence[tuple]) -> None:
+        """A claim's turns stored raw together (no LLM); if that fails (one of them written by
+        another process meanwhile, a store error), each on its own rules."""
+        turns = [QueuedTurn(*r[:4], *decode_payload(r[4]), r[5]) for r in rows]
+        try:
+            await asyncio.to_thread(self.turns.store_raw_many, turns, False)
+        except Exception:
+            log.warning("storing %d turns raw together failed; one by one", len(turns), exc_info=True)
+            for turn in turns:
+                await self._settle(turn, lambda turn=turn: self._process_turn(turn))
+            return
+        for turn in turns:
+            await self._settled(turn)
+
     async def _settle(self, turn: QueuedTurn, work: Callable[[], Awaitable[None]]) -> None:
         """Run one turn's ingest; any failure goes to the turn's own retry rules."""
         try:
@@ -202,6 +219,9 @@ class IngestWorker:
             log.exception("ingest of turn %s failed", turn.turn_id)
             await self._failed(turn, f"{type(exc).__name__}: {exc}")
             return
+        await self._settled(turn)
+
+    async def _settled(self, turn: QueuedTurn) -> None:
         self.stats.turns += 1
         if self.on_ingested is not None:
             try:

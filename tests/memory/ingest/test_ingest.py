@@ -217,6 +217,34 @@ async def test_raw_mode_without_llm(store, embedder, clock, tmp_path):
     assert store.read(lambda c: c.execute("SELECT status FROM ingest_queue").fetchone()) == ("done",)
 
 
+async def test_raw_mode_stores_a_claims_turns_with_one_embedding_run(store, embedder, clock, tmp_path):
+    """Without an LLM a backlog is stored a claim at a time: one model run, one write (it used to
+    take one turn per claim, two texts a run); an exact duplicate inside the claim is stored once."""
+    runs = []
+
+    class Counted:  # the real model, its runs counted
+        name, dim = embedder.name, embedder.dim
+
+        def embed_passages(self, texts):
+            runs.append(len(texts))
+            return embedder.embed_passages(texts)
+
+        def embed_query(self, text):
+            return embedder.embed_query(text)
+
+    engine = MemoryEngine(store, Counted(), None, data_dir=tmp_path, clock=clock.now)
+    for i, text in enumerate(["I keep bees.", "My hives are in the orchard.", "I keep bees.", "Honey comes in June."]):
+        await engine.capture(CapturedTurn(space_id="u:alice", session_id="s1", turn_id=f"raw{i}", created_at=clock.now(),
+                                          messages=(TurnMessage("user", text), TurnMessage("assistant", f"Noted {i}."))))
+        clock.advance(minutes=1)
+    assert await engine.worker.drain() == 4
+    assert runs == [7]
+    rows = store.read(lambda c: c.execute("SELECT text FROM memories ORDER BY created_at").fetchall())
+    assert [r[0] for r in rows] == ["I keep bees.", "Noted 0.", "My hives are in the orchard.", "Noted 1.", "Noted 2.",
+                                    "Honey comes in June.", "Noted 3."]
+    assert store.read(lambda c: c.execute("SELECT DISTINCT status FROM ingest_queue").fetchall()) == [("done",)]
+
+
 async def test_a_turn_is_ingested_once(engine, fake_llm, clock):
     turn = CapturedTurn(space_id="u:alice", session_id="s", turn_id="same", created_at=clock.now(),
                         messages=(TurnMessage("user", "I am a nurse."),))
