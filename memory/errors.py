@@ -33,6 +33,15 @@ class ModelUnreachable(LLMError):
     a wrong address, which a retry a second later does not heal."""
 
 
+class ModelTurnedDown(LLMError):
+    """The model's server answered the call with a refusal a retry does not heal: no such model
+    there (404), the key refused (401/403), or a request it calls bad (400)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class ModelSilent(LLMError):
     """The model server took the call and sent no first token in time (`first_token_timeout`)."""
 

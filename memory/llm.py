@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from memory.errors import LLMError, ModelSilent, ModelUnreachable
+from memory.errors import LLMError, ModelSilent, ModelTurnedDown, ModelUnreachable
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -252,6 +252,10 @@ class LiteLLM:
             return Completion(content=msg.content or "", tool_calls=calls, prompt_tokens=pt, completion_tokens=ct)
         if isinstance(last, ModelSilent):
             raise last
+        status = getattr(last, "status_code", None)
+        if status in (400, 401, 403, 404):
+            raise ModelTurnedDown(f"LLM call ({purpose}) turned down ({status}): {type(last).__name__}: {_short(last)}",
+                                  status) from last
         if last is not None and refused(last):
             raise ModelUnreachable(f"LLM call ({purpose}) failed: nothing answers at the model's address "
                                    f"({type(last).__name__}: {_short(last)})") from last

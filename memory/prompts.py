@@ -78,6 +78,10 @@ LLM_DOWN_APOLOGY = ("Sorry, my language model ({address}) is not answering right
 # (bot.model_servers.down_hint), shown to whoever can act on it (the terminal, admins), else "".
 LLM_UNREACHABLE_APOLOGY = ("Sorry, nothing answers at my language model's address ({address}: connection refused). "
                            "Your message is kept.{hint}")
+# {why}: one of TURNED_DOWN_WHY, by the server's status.
+LLM_TURNED_DOWN_APOLOGY = "Sorry, my language model ({address}) turned the call down: {why}. Your message is kept.{hint}"
+TURNED_DOWN_WHY = {404: "it has no model by the configured name", 401: "it refused the key", 403: "it refused the key",
+                   400: "it called the request bad"}
 LLM_SILENT_APOLOGY = ("Sorry, my language model ({address}) took the message but sent nothing for {seconds:g} s. "
                       "Your message is kept.{hint}")
 

@@ -24,7 +24,7 @@ from bot.turn.tools import ToolBox, ToolContext
 from memory import prompts
 from memory.ingest.capture import CapturedTurn, TurnMessage
 from memory.engine import MemoryEngine
-from memory.errors import LLMError, ModelSilent, ModelUnreachable
+from memory.errors import LLMError, ModelSilent, ModelTurnedDown, ModelUnreachable
 from memory.llm import LLM, charged_to
 from memory.recall.block import extend_block
 from memory.text import estimate_tokens, neutralize
@@ -212,6 +212,9 @@ class Agent:
             return prompts.LLM_UNREACHABLE_APOLOGY.format(address=address, hint=hint)
         if isinstance(exc, ModelSilent):
             return prompts.LLM_SILENT_APOLOGY.format(address=address, seconds=exc.seconds, hint=hint)
+        if isinstance(exc, ModelTurnedDown):
+            why = prompts.TURNED_DOWN_WHY.get(exc.status, f"status {exc.status}")
+            return prompts.LLM_TURNED_DOWN_APOLOGY.format(address=address, why=why, hint=hint)
         return prompts.LLM_DOWN_APOLOGY.format(address=address)
 
     async def _with_skills(self, block: str, query: str, space_ids: Sequence[str]) -> tuple[str, set[str]]:

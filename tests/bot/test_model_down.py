@@ -20,7 +20,7 @@ from bot.app import build_app
 from bot.config import load_settings
 from bot.model_servers import down_hint, shown_address
 from tests.fakes.channel import RecordingChannel
-from tests.fakes.llm_server import After, Delay
+from tests.fakes.llm_server import After, Delay, FakeError
 
 ROOT = str(Path(__file__).resolve().parents[2])
 KEY = "sk-very-secret-key-123"
@@ -148,6 +148,14 @@ async def test_a_silent_server_is_told_after_the_first_token_timeout(bot_at, fak
         reply, took = await _ask(ch, "olive", "are you there?")
         assert fake_llm.base_url in reply and "sent nothing for 1 s" in reply and "ollama serve" in reply
         assert len(fake_llm.requests) == 1 and took < 10, (fake_llm.requests, took)
+
+
+async def test_a_model_the_server_does_not_have_is_told_with_the_pull_command(bot_at, fake_llm):
+    fake_llm.responder = lambda body: FakeError(404, "model 'qwen2.5' not found, try pulling it first")
+    async with bot_at(fake_llm.base_url) as (app, ch):
+        reply, _ = await _ask(ch, "olive", "hi")
+        assert fake_llm.base_url in reply and "no model by the configured name" in reply
+        assert "ollama pull qwen2.5" in reply and len(fake_llm.requests) == 1
 
 
 async def test_a_slow_first_token_within_the_timeout_is_waited_for_and_streamed(bot_at, fake_llm):
