@@ -215,12 +215,58 @@ async def read_only_row(tmp: Path, server=None) -> Counts:
     return replace(counts, lost=counts.lost + counts.messages_in - told)
 
 
+# --- A4 and A6: their tests, run as ledger rows (in = checks, answered = passed) -----------------
+
+async def _run_checks(name: str, tmp: Path, server, checks: tuple[str, ...], failed_counts_as: str) -> Counts:
+    """Run test functions ("module::name") with a fresh schema's URL and a folder; a failed check
+    counts as `failed_counts_as` (answered_twice for a job run twice, lost for text kept forever)."""
+    import importlib
+    import inspect
+    import traceback
+
+    passed, failed, notes = 0, 0, []
+    for i, ref in enumerate(checks):
+        module, _, fname = ref.partition("::")
+        fn = getattr(importlib.import_module(module), fname)
+        async with own_postgres(tmp / f"c{i}", server) as (_, url):
+            folder = tmp / f"t{i}"
+            folder.mkdir(parents=True, exist_ok=True)
+            given = {"pg_url": url, "tmp_path": folder}
+            kwargs = {k: given[k] for k in inspect.signature(fn).parameters}
+            try:
+                if inspect.iscoroutinefunction(fn):
+                    await fn(**kwargs)
+                else:
+                    await asyncio.to_thread(fn, **kwargs)
+                passed += 1
+            except Exception as exc:
+                failed += 1
+                notes.append(f"failed: {fname} ({traceback.format_exception_only(type(exc), exc)[-1].strip()[:200]})")
+    counts = Counts(name, messages_in=passed + failed, answered=passed, stored=0, lost=0, leaked=0,
+                    note="; ".join([", ".join(checks), *notes]))
+    return replace(counts, **{failed_counts_as: failed})
+
+
+async def catch_up_once(tmp: Path, server=None) -> Counts:
+    return await _run_checks("pg A4: a start-up catch-up runs in one of two processes", tmp, server, (
+        "tests.bot.delivery.test_cluster_pg::test_the_start_up_catch_up_runs_once_when_two_processes_start_together",
+        "tests.bot.delivery.test_cluster_pg::test_a_job_fired_in_two_processes_runs_once"), "answered_twice")
+
+
+async def turn_text_pruned(tmp: Path, server=None) -> Counts:
+    return await _run_checks("pg A6: ingested turns keep only receipts (bench/turn_disk.py for bytes)", tmp, server, (
+        "tests.memory.ingest.test_turn_text_prune::test_ingested_turns_keep_only_their_receipts_on_postgres",
+        "tests.memory.ingest.test_turn_text_prune::test_ingested_turns_keep_only_their_receipts_on_duckdb"), "lost")
+
+
 # --- the ledger rows (a server of their own each) and the tests (one server for the module) -----
 
 ROWS = {
     "pg A1: one process SIGKILLed mid-reply and started again": restart_after_kill,
     "pg A2: two processes, PostgreSQL down 5 s under load": database_restart_row,
     "pg A3+A5: the database refuses writes while 6 people write": read_only_row,
+    "pg A4: a start-up catch-up runs in one of two processes": catch_up_once,
+    "pg A6: ingested turns keep only receipts (bench/turn_disk.py for bytes)": turn_text_pruned,
 }
 
 for _name, _fn in ROWS.items():
@@ -296,3 +342,9 @@ def test_locks_are_taken_back_or_reported_lost_after_the_server_restarts(own_ser
             assert a.worker not in (na, nb, None) and a.worker in b.alive()  # joined anew
     finally:
         own_server.drop_schema(schema)
+
+
+@pytest.mark.parametrize("row", [catch_up_once, turn_text_pruned])
+async def test_the_a4_and_a6_rows_run_their_checks(tmp_path: Path, own_server, row) -> None:
+    counts = await row(tmp_path, own_server)
+    assert counts.messages_in == counts.answered == 2, counts
