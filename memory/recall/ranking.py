@@ -43,8 +43,11 @@ def convex_fusion(vector: Sequence[tuple[str, float]], keyword: Sequence[tuple[s
     """
     top_kw = max((s for _, s in keyword), default=0.0)
     v, k = min_max(vector, vector_span), min_max(keyword, keyword_span * top_kw)
-    # Sorted: a set's order changes with the hash seed, and ties would rank differently per process.
-    return {d: (1 - keyword_weight) * v.get(d, 0.0) + keyword_weight * k.get(d, 0.0) for d in sorted(v.keys() | k.keys())}
+    # In the lists' order (vector, then keyword-only), not a set's (it changes with the hash seed)
+    # nor the ids' (random): equal scores keep the order their lists gave them, which is by row
+    # version for keyword ties, so a run on the same conversation ranks the same.
+    order = dict.fromkeys([d for d, _ in vector] + [d for d, _ in keyword])
+    return {d: (1 - keyword_weight) * v.get(d, 0.0) + keyword_weight * k.get(d, 0.0) for d in order}
 
 
 def time_decay(age_days: float, half_life_days: float = 14.0, floor: float = 0.3) -> float:
@@ -196,3 +199,43 @@ def content_mmr(scores: Mapping[str, float], tokens: Mapping[str, frozenset[str]
             if wb and wd:
                 max_sim[d] = max(max_sim[d], len(wb & wd) / len(wb | wd))
     return picked
+
+
+def session_evidence(scores: Mapping[str, float], session_of: Mapping[str, str | None], weight: float) -> dict[str, float]:
+    """Pull each chunk towards the best score in its session:
+        score(d) = (1 - weight) * score(d) + weight * max_{e in session(d)} score(e)
+    A fact told over several short messages has its session found by one of them; the others
+    rise with it. Memories without a session keep their score."""
+    best: dict[str, float] = {}
+    for d, sc in scores.items():
+        sess = session_of.get(d)
+        if sess is not None:
+            best[sess] = max(best.get(sess, sc), sc)
+    return {d: (1 - weight) * sc + weight * best[sess] if (sess := session_of.get(d)) is not None else sc
+            for d, sc in scores.items()}
+
+
+def feedback_query(qvec: np.ndarray, feedback: Sequence[np.ndarray], weight: float) -> np.ndarray:
+    """Pseudo-relevance feedback (Rocchio): unit(q + weight * mean(feedback vectors))."""
+    if not feedback:
+        return qvec
+    out = np.asarray(qvec, dtype=np.float32) + weight * np.mean(np.asarray(feedback, dtype=np.float32), axis=0)
+    norm = float(np.linalg.norm(out))
+    return out / norm if norm > 0 else np.asarray(qvec, dtype=np.float32)
+
+
+def phatic_share(tokens: Sequence[str], stop: frozenset[str], phatic: frozenset[str]) -> float:
+    """The share of a memory's words, stopwords aside, that carry no content: greetings, thanks,
+    acknowledgements and the names of the people talking (`phatic`). 1.0 for "hey Mel, how are
+    you?" (and for a message of stopwords only), 0 for one that says something without them."""
+    said = [t for t in tokens if t not in stop]
+    if not said:
+        return 1.0 if tokens else 0.0
+    return sum(1 for t in said if t in phatic) / len(said)
+
+
+def phatic_discount(scores: Mapping[str, float], shares: Mapping[str, float], weight: float) -> dict[str, float]:
+    """score(d) * (1 - weight * share(d) ** 2): small talk that names the person asked about
+    loses to a turn that says something about them; a turn with a few function words (share
+    ~0.5) loses only a quarter of the discount."""
+    return {d: sc * (1.0 - weight * shares.get(d, 0.0) ** 2) for d, sc in scores.items()}

@@ -15,7 +15,7 @@ Porter-stemmed) and share one BM25:
     idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))
     score  = sum_t idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avgdl))
 with N, df and avgdl over the indexed and the fresh rows together, so their scores rank
-together; ties go to the smaller id (scores compared at 9 decimals, so the summation order
+together; ties go to the older row version, the smaller seq (scores compared at 9 decimals, so the summation order
 does not matter).
 
 The table is a snapshot: rows deleted, retired or rewritten since the build still have
@@ -217,19 +217,21 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
     fresh = _fresh_rows(con, wm)
     n += len(fresh)
     total_len += sum(r[4] for r in fresh)
-    for _, _, _, counts, _ in fresh:
+    for _, _, _, counts, _, _ in fresh:
         for t in stems:
             if t in counts:
                 df[t] += 1
     avgdl = max(total_len / max(1, n), 1e-9)
     idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in stems}
 
-    scored: list[tuple[str, float]] = []
-    for doc, space, kind, counts, length in fresh:
+    # (id, score, seq): ties go to the older row version (its seq), so the order of equal
+    # scores depends on what was written when, never on random ids.
+    scored: list[tuple[str, float, int]] = []
+    for doc, space, kind, counts, length, seq in fresh:
         if space in allowed and (kinds_ok is None or kind in kinds_ok):
             score = sum(_bm25(idf[t], counts[t], length, avgdl) for t in stems if t in counts)
             if score:
-                scored.append((doc, score))
+                scored.append((doc, score, seq))
     rows: dict[str, tuple] = {}
     extra: dict[str, tuple] = {}
     if wm > 0:
@@ -243,7 +245,7 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
             proposed, got = _check(con, top, columns, wanted, ids)
             wanted = []  # read once
             extra |= {r[0]: r for status, r in got if status == "active"}
-            live = [(r[0], score) for score, status, r in proposed if status == "active"]
+            live = [(r[0], score, seq) for (seq, _), (score, status, r) in zip(top, proposed) if status == "active"]
             # Exact when the slice held `limit` live rows (everything outside it scores lower)
             # or was not full (it held every candidate).
             if len(proposed) < over or len(live) >= limit:
@@ -252,9 +254,9 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
             over *= 4
         scored += live
         rows = {r[0]: r for _, status, r in proposed if status == "active"}
-    scored.sort(key=lambda x: (-round(x[1], 9), x[0]))
-    scored = scored[:limit]
-    return scored, extra | {d: rows[d] for d, _ in scored if d in rows}
+    scored.sort(key=lambda x: (-round(x[1], 9), x[2]))
+    best = [(d, sc) for d, sc, _ in scored[:limit]]
+    return best, extra | {d: rows[d] for d, _ in best if d in rows}
 
 
 def _bm25(idf: float, tf: int, length: int, avgdl: float) -> float:
@@ -271,9 +273,9 @@ def _index_stats(con: Conn, stems: list[str]) -> tuple[int, int, dict[str, int]]
     return int(rows[0][0]), int(rows[0][1]), df
 
 
-def _fresh_rows(con: Conn, wm: int) -> list[tuple[str, str, str, Counter, int]]:
+def _fresh_rows(con: Conn, wm: int) -> list[tuple[str, str, str, Counter, int, int]]:
     """Active rows written since the build, all spaces (N, df and avgdl count them all):
-    (id, space, kind, token counts, length). Rows seen before come from the token cache."""
+    (id, space, kind, token counts, length, seq). Rows seen before come from the token cache."""
     rows = con.execute(f"SELECT id, seq FROM memories WHERE seq > {int(wm)} AND status = 'active'").fetchall()
     known = [(i, seq, _fresh_tokens.get((i, seq))) for i, seq in rows]
     missing = [seq for _, seq, got in known if got is None]
@@ -285,7 +287,7 @@ def _fresh_rows(con: Conn, wm: int) -> list[tuple[str, str, str, Counter, int]]:
             _fresh_tokens.put((i, seq), made[(i, seq)])
         known = [(i, seq, got if got is not None else made.get((i, seq))) for i, seq, got in known]
     # Rows without a token do not count, as in the index.
-    return [(i, got[0], got[1], got[2], got[3]) for i, _, got in known if got is not None and got[3]]
+    return [(i, got[0], got[1], got[2], got[3], seq) for i, seq, got in known if got is not None and got[3]]
 
 
 def _fresh_tokens_of(con: Conn, seqs: Sequence[int]) -> list[tuple]:

@@ -213,9 +213,9 @@ def oracle(store: Store, snapshot: dict[str, list[str]], wm: int, terms: list[st
                 idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
                 score += idf * tf * 2.2 / (tf + 1.2 * (1 - 0.75 + 0.75 * len(toks) / max(avgdl, 1e-9)))
         if score:
-            out.append((i, score))
-    out.sort(key=lambda x: (-round(x[1], 9), x[0]))
-    return out[:limit]
+            out.append((i, score, seq))
+    out.sort(key=lambda x: (-round(x[1], 9), x[2]))  # ties: the older row version first
+    return [(i, sc) for i, sc, _ in out[:limit]]
 
 
 def snapshot_of(store: Store) -> dict[str, list[str]]:
