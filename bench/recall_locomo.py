@@ -5,7 +5,7 @@ captured into the ingest queue (`memory.ingest.capture.enqueue`) and the ingest 
 in raw mode (no LLM), as a gateway without a memory LLM does: the worker gives each chunk the
 message before it in its session as context, drops exact repeats, and writes the rows; then the
 keyword index is rebuilt. A turn's time is its own `time` when it has one, else its session's
-date + 30 s per turn. Every question with evidence then goes through `Recaller.search` with the
+date + 30 s per turn (+ 1 us per turn of the conversation, so no two turns share a time). Every question with evidence then goes through `Recaller.search` with the
 default settings, "now" = one day after the last turn.
 
 Keyword statistics: production computes BM25's N, df and average length over its whole store
@@ -116,6 +116,9 @@ def load_turns(conv: dict, space: str) -> tuple[list[CapturedTurn], datetime]:
             if turn.get("blip_caption"):
                 text = f"{text} [shares a photo: {turn['blip_caption']}]"
             at = parse_date(turn["time"]) if turn.get("time") else start + TURN_GAP * i
+            # + 1 us per turn of the conversation: two sessions dated alike (MADial's notes of one
+            # day) would give turns the same time, and the queue would order them by random id.
+            at += timedelta(microseconds=len(turns))
             last = max(last, at)
             turns.append(CapturedTurn(space_id=space, session_id=f"{space}:S{n}", turn_id=turn["dia_id"], created_at=at,
                                       messages=(TurnMessage("user", text, speaker=turn["speaker"]),)))

