@@ -54,17 +54,6 @@ ZH_QUESTION_WORDS = frozenset(
     "记得 还记得 记不记得 帮 帮忙 麻烦 一共 总共 共 都 还".split()
 )
 STOPWORDS = EN_STOPWORDS | ZH_STOPWORDS
-# Words of greeting, thanks, praise and agreement: a message made of these (and names and
-# stopwords) keeps a conversation going but tells nothing ("hey Mel, how are you? great to hear!").
-PHATIC_WORDS = frozenset(
-    """hi hey hello hiya howdy yo thanks thank thx ty welcome great awesome wow cool nice good
-    morning afternoon evening night bye goodbye later yeah yep yup yes no nope ok okay sure haha
-    hahaha lol congrats congratulations amazing wonderful fantastic sounds sound doing well fine
-    really totally absolutely definitely agree true right indeed oh ah omg you're i'm that's it's
-    what's how's much
-    你好 您好 嗨 哈喽 谢谢 多谢 感谢 不客气 好的 好 嗯 嗯嗯 哦 噢 哈 哈哈 哈哈哈 再见 拜拜 晚安 早 早上好
-    晚上好 太好了 真棒 厉害 加油 没问题 可以 行 对 是的 当然 真的 不错 恭喜 你 我 您 怎么样 最近 好久不见""".split()
-)
 QUERY_STOPWORDS = STOPWORDS | ZH_QUESTION_WORDS
 
 

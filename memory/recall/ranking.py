@@ -213,29 +213,3 @@ def session_evidence(scores: Mapping[str, float], session_of: Mapping[str, str |
             best[sess] = max(best.get(sess, sc), sc)
     return {d: (1 - weight) * sc + weight * best[sess] if (sess := session_of.get(d)) is not None else sc
             for d, sc in scores.items()}
-
-
-def feedback_query(qvec: np.ndarray, feedback: Sequence[np.ndarray], weight: float) -> np.ndarray:
-    """Pseudo-relevance feedback (Rocchio): unit(q + weight * mean(feedback vectors))."""
-    if not feedback:
-        return qvec
-    out = np.asarray(qvec, dtype=np.float32) + weight * np.mean(np.asarray(feedback, dtype=np.float32), axis=0)
-    norm = float(np.linalg.norm(out))
-    return out / norm if norm > 0 else np.asarray(qvec, dtype=np.float32)
-
-
-def phatic_share(tokens: Sequence[str], stop: frozenset[str], phatic: frozenset[str]) -> float:
-    """The share of a memory's words, stopwords aside, that carry no content: greetings, thanks,
-    acknowledgements and the names of the people talking (`phatic`). 1.0 for "hey Mel, how are
-    you?" (and for a message of stopwords only), 0 for one that says something without them."""
-    said = [t for t in tokens if t not in stop]
-    if not said:
-        return 1.0 if tokens else 0.0
-    return sum(1 for t in said if t in phatic) / len(said)
-
-
-def phatic_discount(scores: Mapping[str, float], shares: Mapping[str, float], weight: float) -> dict[str, float]:
-    """score(d) * (1 - weight * share(d) ** 2): small talk that names the person asked about
-    loses to a turn that says something about them; a turn with a few function words (share
-    ~0.5) loses only a quarter of the discount."""
-    return {d: sc * (1.0 - weight * shares.get(d, 0.0) ** 2) for d, sc in scores.items()}

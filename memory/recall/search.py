@@ -22,7 +22,7 @@ from memory.embed import Embedder
 from memory.store.keywords import keyword_search
 from memory.store.rows import utc_naive
 from memory.store.connection import Conn, Store
-from memory.text import PHATIC_WORDS, STOPWORDS, query_terms, tokenize
+from memory.text import STOPWORDS, query_terms
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +76,6 @@ class RecallSettings:
     # Session evidence: a chunk's score is pulled towards the best score of its session,
     # (1 - w) * own + w * best (0 = off).
     session_weight: float = 0.0
-    # Pseudo-relevance feedback on the vector side: the query vector plus `prf_weight` x the mean
-    # vector of the `prf_top` best fused results, searched again (0 = off).
-    prf_weight: float = 0.0
-    prf_top: int = 3
-    # Small talk: a chunk's score x (1 - w * share**2), share = its words that are stopwords,
-    # greetings/thanks or the speakers' names (0 = off).
-    phatic_weight: float = 0.0
     # Memories inside the span a query's time words point at ("last week", 上周, 去年): x (1 + boost).
     time_boost: float = 0.3
     # Ablation switches (the bench's `--set`): Chinese question words out of the keyword query,
@@ -227,20 +220,6 @@ class Recaller:
         fused = self._fuse(vec, kw)
         if not fused:
             return []
-        if s.prf_weight > 0 and qvec is not None:
-            top = sorted(fused, key=lambda d: (-fused[d], d))[: s.prf_top]
-            fb = cache.vectors([d for d in top if d not in vectors]) | {d: vectors[d] for d in top if d in vectors}
-            fb |= fetch_vectors(con, [d for d in top if d not in fb])
-            if fb:
-                q2 = ranking.feedback_query(qvec, [fb[d] for d in top if d in fb], s.prf_weight)
-                vec, more = cache.search(con, q2, spaces, n, kinds)
-                vectors |= more
-                extra = [d for d, _ in vec if d not in by_id]
-                if extra:
-                    by_id |= {r[0]: r for r in con.execute(
-                        _ROW_SQL.format(ids=sql_strings(extra), spaces=sql_strings(spaces))).fetchall()}
-                vec = [(d, sc) for d, sc in vec if d in by_id]
-                fused = self._fuse(vec, kw)
         if s.speaker_boost:
             fused = ranking.speaker_boost(fused, {d: by_id[d][8] for d in fused if d in by_id}, query_text, s.speaker_boost)
         scores: dict[str, float] = {}
@@ -264,14 +243,6 @@ class Recaller:
             by_id |= {r[0]: r for r in rows if r[0] not in by_id}
             scores = ranking.expand_to_neighbours(scores, near, top, s.expand_weight, s.expand_decay,
                                                   s.many_expand_add if many else s.expand_add)
-        if s.phatic_weight > 0:
-            words = dict(con.execute(f"SELECT id, search_text FROM memories WHERE id IN ({sql_strings(list(scores))})").fetchall())
-            names = frozenset(w for r in by_id.values() if r[8] for w in tokenize(r[8]))
-            phatic = PHATIC_WORDS | names
-            chunks = {d for d in scores if by_id[d][1] == "chunk"}
-            # A chunk's index text ends with its date in words ("12 january 2023"): not its content.
-            scores = ranking.phatic_discount(scores, {d: ranking.phatic_share(words.get(d, "").split()[:-3], STOPWORDS, phatic) for d in chunks},
-                                             s.phatic_weight)
         if many and s.many_mmr_lambda < 1:
             words = dict(con.execute(f"SELECT id, search_text FROM memories WHERE id IN ({sql_strings(list(scores))})").fetchall())
             order = ranking.content_mmr(scores, {d: frozenset(t.split()) for d, t in words.items()}, limit,
