@@ -23,6 +23,8 @@ OTHER_VARIABLES = {
     "MEMGATE_SCREENSHOTS": "where the dashboard tests save screenshots",
     "MEMGATE_CHROMIUM": "the Chromium the dashboard tests drive",
 }
+# The test suite's own knobs (MEMGATE_TEST_HEADLESS_HOLD, ...): its subprocesses inherit them.
+TEST_PREFIX = "MEMGATE_TEST_"
 TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
 FALSE_WORDS = frozenset({"false", "0", "no", "off"})
 
@@ -41,7 +43,8 @@ def check_names(env: Mapping[str, str], known: Iterable[str]) -> None:
     """Every MEMGATE_* variable in `env` is a known one; the first unknown is an error naming the
     closest known name (difflib), or the list of them when none is close."""
     names = frozenset(known) | OTHER_VARIABLES.keys()
-    unknown = sorted(v for v in env if v.upper().startswith(PREFIX) and v not in names)
+    unknown = sorted(v for v in env if v.upper().startswith(PREFIX) and v not in names
+                     and not v.upper().startswith(TEST_PREFIX))
     if not unknown:
         return
     var = unknown[0]
