@@ -66,6 +66,7 @@ async def own_postgres(tmp: Path, server=None) -> AsyncIterator[tuple[object, st
 
     started = server is None
     if started:
+        tmp.mkdir(parents=True, exist_ok=True)
         server = await asyncio.to_thread(SessionPostgres, tmp / "pgdata")
     schema, url = server.fresh_schema()
     try:
@@ -224,6 +225,9 @@ async def _run_checks(name: str, tmp: Path, server, checks: tuple[str, ...], fai
     import inspect
     import traceback
 
+    if server is None:  # a bench row: one server for its checks
+        async with own_postgres(tmp / "server", None) as (started, _):
+            return await _run_checks(name, tmp, started, checks, failed_counts_as)
     passed, failed, notes = 0, 0, []
     for i, ref in enumerate(checks):
         module, _, fname = ref.partition("::")
