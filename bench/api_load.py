@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import aiohttp  # noqa: E402
 
 from bot.app import build_app, open_store  # noqa: E402
-from bot.config import ApiConfig, Settings  # noqa: E402
+from bot.settings import ApiConfig, Settings  # noqa: E402
 from memory.embed import LocalE5Embedder  # noqa: E402
 from memory.store.keywords import rebuild_index  # noqa: E402
 from recall_scale import ClausePool, bulk_insert, questions  # noqa: E402

@@ -21,12 +21,12 @@ from bot.access.pairing import Pairing
 from bot.access.policy import Access
 from bot.access.schema import ACCESS_MIGRATIONS
 from bot.channel import CancelsReplies, Channel, HasLocalCommands, ReportsTrouble, ShowsCommandMenu
-from bot.config import Settings
 from bot.delivery.inbox import INBOX_MIGRATIONS
 from bot.delivery.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
 from bot.media.setup import media_reader
 from bot.model_servers import down_hint, routed_model, shown_address
 from bot.observe import Observers
+from bot.settings import Settings
 from bot.turn.agent import Agent, AgentSettings
 from bot.turn.approvals import Approvals
 from bot.turn.approvals import register_commands as register_approval_commands

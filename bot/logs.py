@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
-from bot.config import Settings
+from bot.settings import Settings
 from memory.private_files import open_private, private_dir
 
 

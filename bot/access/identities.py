@@ -17,9 +17,9 @@ from datetime import datetime
 from enum import StrEnum
 
 from bot.access.codes import unique_code
-from bot.config import AccessConfig
 from bot.errors import MemgateError
 from bot.message import Message
+from bot.settings import AccessConfig
 from memory.store.connection import Conn, Store
 from memory.store.rows import ensure_space, new_id, utc_naive
 

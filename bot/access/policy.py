@@ -24,8 +24,8 @@ from typing import Protocol
 
 from bot.access.api_keys import Keys
 from bot.access.identities import CONSOLE_CHANNEL, PUBLIC_SPACE, Identities, Identity, Role
-from bot.config import AccessConfig
 from bot.message import Message
+from bot.settings import AccessConfig
 from memory.store.connection import Conn, Store
 from memory.store.rows import ensure_space
 

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bot.cli.run import NO_LLM_TEXT, dashboard_url
-from bot.config import Settings
 from bot.errors import StoreLockedError
 from bot.model_servers import check_models
+from bot.settings import Settings
 from memory.errors import ModelSilent, ModelUnreachable
 from memory.private_files import loose_paths
 

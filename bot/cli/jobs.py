@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bot.cli.reach import open_operator
-from bot.config import Settings
+from bot.settings import Settings
 
 
 def cmd_jobs(settings: Settings, args) -> int:

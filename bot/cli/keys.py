@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from bot.cli.reach import open_operator
-from bot.config import Settings
+from bot.settings import Settings
 
 
 def cmd_keys(settings: Settings, args) -> int:

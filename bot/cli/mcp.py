@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from bot.config import Settings
+from bot.settings import Settings
 
 KEY_ENV = "MEMGATE_API_KEY"
 

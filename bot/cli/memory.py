@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bot.cli.progress import ProgressBar
 from bot.cli.reach import open_operator
-from bot.config import Settings
+from bot.settings import Settings
 from memory.private_files import open_private
 
 

@@ -8,7 +8,7 @@ import sys
 
 from bot.cli.progress import ProgressBar
 from bot.cli.reach import open_operator
-from bot.config import Settings
+from bot.settings import Settings
 
 
 def cmd_reembed(settings: Settings, args) -> int:

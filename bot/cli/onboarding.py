@@ -23,9 +23,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bot.cli.setup_files import SetupChoices, write_private, write_setup
-from bot.config import check_proxy_url, load_settings
+from bot.config import load_settings
 from bot.errors import ConfigError, MemgateError
 from bot.model_servers import KNOWN_SERVERS, OLLAMA, FoundServer, detect, down_hint, probe, shown_address
+from bot.settings import check_proxy_url
 
 TELEGRAM_API = "https://api.telegram.org/bot"
 YES, NO = frozenset({"y", "yes"}), frozenset({"n", "no"})

@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 
 from bot.cli.reach import open_operator
-from bot.config import Settings
 from bot.errors import MemgateError
 from bot.operator.protocol import PUBLIC_SPACE
+from bot.settings import Settings
 
 
 def cmd_pairing(settings: Settings, args) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from bot.config import Settings
+from bot.settings import Settings
 
 
 def open_app(settings: Settings, embedder=None):

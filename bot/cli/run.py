@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from bot.config import Settings
 from bot.errors import ConfigError, MemgateError
 from bot.logs import log_file, log_loop_exceptions, setup_logging, terminal_session
 from bot.model_servers import check_models
+from bot.settings import Settings
 
 log = logging.getLogger("memgate")
 KEY_ENV = "MEMGATE_API_KEY"   # a space key: `memgate chat` (and `memgate mcp`) act as that key, through the gateway

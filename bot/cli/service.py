@@ -7,7 +7,7 @@ import argparse
 import getpass
 import os
 
-from bot.config import Settings
+from bot.settings import Settings
 
 
 def cmd_service(settings: Settings, args) -> int:

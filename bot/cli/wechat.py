@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from bot.config import Settings
 from bot.logs import setup_logging
+from bot.settings import Settings
 
 
 def cmd_wechat(settings: Settings, args) -> int:

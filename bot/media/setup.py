@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from bot.config import Settings
 from bot.media.reader import MB, MediaReader, MediaSettings
 from bot.media.speech import LiteLLMTranscriber, SpeechSettings
+from bot.settings import Settings
 
 __all__ = ["media_reader"]
 

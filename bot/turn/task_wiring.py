@@ -17,9 +17,9 @@ from memory.tasks.processor import TaskProcessor
 from memory.tasks.skills import SkillEvolver
 
 if TYPE_CHECKING:
+    from bot.settings import SchedulerConfig
     from bot.turn.agent import Agent
     from bot.turn.commands import CommandContext, Commands
-    from bot.config import SchedulerConfig
     from memory.engine import MemoryEngine
     from memory.llm import LLM
     from memory.store.connection import Store

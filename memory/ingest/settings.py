@@ -1,4 +1,4 @@
-"""The ingest worker's settings and the counts it keeps (what bot/config.py's [ingest] maps to)."""
+"""The ingest worker's settings and the counts it keeps (what bot/settings.py's [memory] section maps to)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from bot.config import Settings
+from bot.settings import Settings
 
 ROOT = str(Path(__file__).resolve().parents[2])
 

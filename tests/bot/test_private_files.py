@@ -129,8 +129,8 @@ def test_everything_written_is_private_whatever_the_umask(tmp_path):
 def test_the_log_file_is_private_and_stays_so_across_rotation(tmp_path):
     import logging
 
-    from bot.config import Settings
     from bot.logs import setup_logging
+    from bot.settings import Settings
 
     old = os.umask(0o022)
     root = logging.getLogger()

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from bot.access.codes import CODE_ALPHABET
 from bot.access.identities import Identity
 from bot.access.policy import Access, Allowed, Refused
-from bot.config import AccessConfig
 from bot.access.linking import Linking
 from bot.message import Message
 from bot.access.pairing import Pairing
+from bot.settings import AccessConfig
 from memory.store.connection import Store
 from tests.fakes.clock import FakeClock
 

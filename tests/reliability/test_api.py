@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 
 from bot.app import build_app
-from bot.config import ApiConfig, Settings
+from bot.settings import ApiConfig, Settings
 from memory.embed import LocalE5Embedder
 from tests.reliability.harness import Counts, assert_safe, scenario
 

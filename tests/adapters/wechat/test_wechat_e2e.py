@@ -23,8 +23,9 @@ from adapters.wechat.ilink.adapter import WechatIlinkAdapter
 from adapters.wechat.ilink.state import CURSOR_FILE
 from adapters.wechat.mp.adapter import WechatMpAdapter
 from bot.app import App, build_app, open_store
-from bot.config import Settings, load_settings
+from bot.config import load_settings
 from bot.access.pairing import APPROVED_TEXT
+from bot.settings import Settings
 from memory.text import MEMORY_OPEN
 from tests.fakes import brain
 from tests.fakes.channel import RecordingChannel

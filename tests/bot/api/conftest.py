@@ -13,7 +13,7 @@ import pytest
 
 from bot.app import App, build_app
 from bot.access.api_keys import Keys
-from bot.config import ApiConfig, Settings, StoreConfig
+from bot.settings import ApiConfig, Settings, StoreConfig
 
 
 @dataclass

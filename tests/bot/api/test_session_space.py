@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from bot.app import build_app
-from bot.config import AccessConfig, ApiConfig, LLMConfig, Settings, StoreConfig
+from bot.settings import AccessConfig, ApiConfig, LLMConfig, Settings, StoreConfig
 from memory.ingest.capture import CapturedTurn, TurnMessage
 from tests.fakes import brain
 from tests.fakes.channel import RecordingChannel

@@ -149,7 +149,7 @@ def test_unknown_or_mistyped_key_is_an_error_naming_it(tmp_path):
 def test_example_config_documents_every_key():
     import tomllib
 
-    from bot.config import Settings
+    from bot.settings import Settings
 
     data = tomllib.loads(open(os.path.join(ROOT, "config.example.toml"), encoding="utf-8").read())
     assert load_settings(os.path.join(ROOT, "config.example.toml"), env={}) == Settings().model_copy(update={"secrets": {}})

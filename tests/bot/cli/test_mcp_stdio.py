@@ -14,8 +14,8 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from bot.app import open_store
-from bot.config import Settings
 from bot.mcp.door import READ_ONLY
+from bot.settings import Settings
 from tests.bot.api.conftest import serve
 from tests.bot.cli.test_cli import ROOT, env_for
 from tests.bot.mcp_clients import call

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from bot.app import open_store
-from bot.config import Settings
+from bot.settings import Settings
 from memory.engine import MemoryEngine
 from memory.errors import StoreError
 from memory.store.migrate import MARK_PREFIX, MigrateResult, check_urls, copy_store
