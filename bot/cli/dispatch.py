@@ -1,7 +1,7 @@
 """The `memgate` command line: the parser, built from one module per command group, and the
 dispatch that turns every known failure into one line and an exit code, never a traceback.
 
-    memgate chat [--user NAME]        talk to the bot in this terminal
+    memgate chat [--user NAME]        talk to the bot in this terminal (attached to a running gateway, if any)
     memgate run                       start every enabled channel, the ingest worker and the scheduler
     memgate memory search|list|export|import
     memgate reembed                   re-embed every memory with the configured embedding model

@@ -319,12 +319,12 @@ async def wechat_login(base_url: str | None, data_dir: Path) -> str:
 
 def add_chat(sub: argparse._SubParsersAction) -> None:
     """`memgate chat [--user NAME] [--api]`."""
-    c = sub.add_parser("chat", help="talk to the bot in this terminal")
+    c = sub.add_parser("chat", help="talk to the bot in this terminal (through the running gateway when there is one)")
     c.add_argument("--user", help="your name (each name has its own memory)")
-    c.add_argument("--api", action="store_true", help="also serve the HTTP API ([api] host and port) while chatting")
+    c.add_argument("--api", action="store_true", help="also serve the HTTP API ([api] host and port) while chatting (with no gateway running)")
     c.set_defaults(func=cmd_chat)
 
 
 def add_run(sub: argparse._SubParsersAction) -> None:
     """`memgate run`."""
-    sub.add_parser("run", help="start every enabled channel").set_defaults(func=cmd_run)
+    sub.add_parser("run", help="start every enabled channel and the API (no terminal needed)").set_defaults(func=cmd_run)
