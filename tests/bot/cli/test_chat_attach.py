@@ -98,6 +98,15 @@ async def test_chat_attaches_to_the_running_gateway_and_public_add_goes_through_
                                         capture_output=True, text=True, timeout=300)
         assert piped.returncode == 0, piped.stderr
         assert "You said: what colour is my bike?" in piped.stdout, piped.stdout
+        # A terminal still attached when the gateway stops is told so, in one line, at once.
+        still = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "chat", "--user", "bob", env=env,
+                                                     cwd=ROOT, stdin=asyncio.subprocess.PIPE,
+                                                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        still.stdin.write(b"/whoami\n")
+        await still.stdin.drain()
+        assert "console:bob" in (await asyncio.wait_for(still.stdout.readline(), 120)).decode()
+    left = await asyncio.wait_for(still.communicate(), 120)   # the gateway stopped (SIGTERM, exit 0) above
+    assert still.returncode == 1 and left[1].decode() == "memgate: the gateway stopped; this chat ended with it\n"
     # With the gateway gone, the same person's memory is what the in-process chat reads.
     offline = await memgate(env, "memory", "list", "--user", "ann", "--kind", "chunk", "--kind", "fact")
     assert offline.returncode == 0 and "bike is green" in offline.stdout, offline.stderr
