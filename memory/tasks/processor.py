@@ -6,8 +6,9 @@ Flow (DESIGN section 6):
   rules cannot tell, the verdict the ingest call stored for the turn decides (boundary.py); only
   without one (the turn went raw) is the LLM asked here, one small call per decision.
 - A task closes when the next one starts, or from the scheduler (`close_idle`) once idle 2 h.
-  Closing applies the skip rules; a kept task gets one LLM summary, stored in `tasks.summary`
-  and as a `memories` row of kind 'task' with the task's id, so recall finds it.
+  Closing applies the skip rules; a kept task gets one LLM summary (its text: summary.py),
+  stored in `tasks.summary` and as a `memories` row of kind 'task' with the task's id, so recall
+  finds it.
 - A closed task whose summary failed keeps status 'open' with `closed_at` set, and the next
   `close_idle` retries it: the LLM being down delays a summary, it never loses one.
 
@@ -20,8 +21,8 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 
 from pydantic import BaseModel, field_validator
 
@@ -39,9 +40,7 @@ from memory.store.connection import Conn, Store
 from memory.tasks.boundary import fold_step, forget_verdicts, stored_verdicts
 from memory.tasks.rules import (
     ChunkInfo,
-    Language,
     OpenTask,
-    SkipThresholds,
     Step,
     TaskDigest,
     Turn,
@@ -52,26 +51,11 @@ from memory.tasks.rules import (
     skip_reason,
     user_language,
 )
+from memory.tasks.settings import TaskSettings
+from memory.tasks.summary import LANGUAGE_HINT, SummaryAnswer, cut_text, format_chat, render_summary
 from memory.text import redact, trim
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TaskSettings:
-    """Task parameters; defaults from DESIGN section 6, prompt budgets kept small on purpose."""
-
-    idle_gap: timedelta = timedelta(hours=2)
-    second_look_below: float = 0.65
-    context_turns: int = 3
-    recheck_user_messages: int = 8
-    boundary_chars: int = 400          # per message shown to the boundary judge
-    summary_chunk_chars: int = 2000    # per user/assistant message shown to the summariser
-    summary_tool_chars: int = 300      # tool output is noise past its first lines
-    summary_total_chars: int = 12000
-    boundary_max_tokens: int = 60
-    summary_max_tokens: int = 900
-    skip: SkipThresholds = field(default_factory=SkipThresholds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,69 +91,6 @@ class BoundaryAnswer(BaseModel):
         if v not in ("SAME", "NEW"):
             raise ValueError("verdict must be SAME or NEW")
         return v
-
-
-class SummaryAnswer(BaseModel):
-    title: str
-    goal: str = ""
-    steps: list[str] = []
-    result: str = ""
-    details: list[str] = []
-
-
-LANGUAGE_HINT: dict[str, str] = {"zh": "Chinese, the user's language", "en": "the language of the user's messages"}
-SUMMARY_LABELS: dict[str, tuple[str, str, str, str]] = {
-    "en": ("Goal", "Key steps", "Result", "Key details"),
-    "zh": ("目标", "关键步骤", "结果", "关键细节"),
-}
-
-
-def render_summary(ans: SummaryAnswer, language: Language) -> str:
-    """The stored summary text: title, goal, numbered steps, result, details (labels in `language`)."""
-    goal, steps, result, details = SUMMARY_LABELS.get(language, SUMMARY_LABELS["en"])
-    sep = "：" if language == "zh" else ": "
-    out = [ans.title.strip()]
-    if ans.goal.strip():
-        out.append(f"{goal}{sep}{ans.goal.strip()}")
-    items = [s.strip() for s in ans.steps if s.strip()]
-    if items:
-        out.append(f"{steps}{sep.rstrip()}")
-        out += [f"{i}. {s}" for i, s in enumerate(items, 1)]
-    if ans.result.strip():
-        out.append(f"{result}{sep}{ans.result.strip()}")
-    items = [s.strip() for s in ans.details if s.strip()]
-    if items:
-        out.append(f"{details}{sep.rstrip()}")
-        out += [f"- {s}" for s in items]
-    return "\n".join(out)
-
-
-def cut_text(text: str, limit: int) -> str:
-    """Cut to `limit` characters keeping line breaks (code stays code); marks the cut."""
-    return text if len(text) <= limit else text[:limit].rstrip() + " …[cut]"
-
-
-def format_chat(chunks: Sequence[ChunkInfo], s: TaskSettings) -> str:
-    """The task's messages for the summariser: redacted, numbered, within the character budget.
-
-    Over budget, the first two messages (they state the goal) and the latest that fit are kept.
-    """
-    lines = [
-        f"[{i}] {c.role}: {cut_text(redact(c.text.strip()), s.summary_tool_chars if c.role == 'tool' else s.summary_chunk_chars)}"
-        for i, c in enumerate(chunks, 1)
-    ]
-    if sum(len(x) + 1 for x in lines) <= s.summary_total_chars:
-        return "\n".join(lines)
-    head = lines[:2]
-    budget = s.summary_total_chars - sum(len(x) + 1 for x in head) - 40
-    tail: list[str] = []
-    for line in reversed(lines[2:]):
-        if len(line) + 1 > budget:
-            break
-        tail.insert(0, line)
-        budget -= len(line) + 1
-    left_out = len(lines) - len(head) - len(tail)
-    return "\n".join([*head, f"[... {left_out} messages left out ...]", *tail])
 
 
 def _turn_lines(turns: Sequence[Turn], limit: int) -> str:

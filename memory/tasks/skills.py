@@ -51,7 +51,7 @@ from memory.tasks.skill_files import (
 )
 from memory.store.connection import Conn, Store
 from memory.tasks.rules import skill_reject_reason, user_language
-from memory.tasks.processor import LANGUAGE_HINT, cut_text
+from memory.tasks.summary import LANGUAGE_HINT, cut_text
 from memory.text import redact, trim
 
 log = logging.getLogger(__name__)

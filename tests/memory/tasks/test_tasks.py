@@ -29,7 +29,9 @@ from memory.tasks.rules import (
     skip_reason,
     user_language,
 )
-from memory.tasks.processor import SummaryAnswer, TaskProcessor, TaskSettings, format_chat, render_summary
+from memory.tasks.processor import TaskProcessor
+from memory.tasks.settings import TaskSettings
+from memory.tasks.summary import SummaryAnswer, format_chat, render_summary
 from bot.turn.views.tasks import format_task, format_tasks
 from tests.fakes.clock import FakeClock
 from tests.fakes.llm_server import FakeError, FakeLLM
