@@ -155,92 +155,18 @@ def chat_banner(settings: Settings, user: str, where: str = "") -> str:
 
 
 def _attach(settings: Settings, client, user: str | None, key: str | None) -> int:
-    """`memgate chat` as one more client of the running gateway: the same terminal channel (line
-    editing, history, spinner) with its lines handed to the gateway's API instead of its own."""
+    """`memgate chat` as one more client of the running gateway (bot/cli/attach.py), on this
+    terminal's own channel: the same line editing, history and spinner."""
+    from bot.cli.attach import chat_through
+
     console = _console(settings, user)
     setup_logging(settings, to_file=True, to_stderr=logging.ERROR)
     with terminal_session(settings, console):
-        gone = asyncio.run(_chat_through(settings, client, console, key))
+        gone = asyncio.run(chat_through(settings, client, console, key, banner=chat_banner))
     if gone:
         print(f"memgate: {gone}", file=sys.stderr)
         return 1
     return 0
-
-
-async def _chat_through(settings: Settings, client, console, key: str | None) -> str | None:
-    """Run the attached chat until the person leaves (None) or the gateway goes (why, for the person)."""
-    from contextlib import AsyncExitStack
-    from datetime import UTC, datetime
-
-    from bot.channel import MenuCommand
-    from bot.message import Document, Message, Reply
-    from bot.operator.chat_client import ChatLink, LineRefused
-
-    log_loop_exceptions(asyncio.get_running_loop())
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
-    async with ChatLink(client, console.user, key) as link:
-        console.bot_name, console.user = link.bot_name, link.user   # a key talks as the gateway names it
-        own = {name for name, _ in console.local_commands()}
-        console.set_command_menu([MenuCommand(n, "") for n in link.commands if n not in own])  # Tab completes them
-        console.on_cancel = lambda channel, chat: link.cancel()                       # Ctrl-C stops the reply
-        if console.interactive:
-            print(chat_banner(settings, console.user, f" through the running gateway at {client.url}"), flush=True)
-        thinking: dict[str, AsyncExitStack] = {}
-
-        def reply(text: str, document: Document | None = None) -> Reply:
-            return Reply(channel=console.name, chat_id=link.chat, text=text, document=document)
-
-        async def hand_in(msg: Message) -> None:
-            try:
-                await link.send(msg.text, msg.message_id or "")
-            except LineRefused as exc:
-                await console.send(reply(f"(not sent: {exc})"))
-
-        async def show() -> str:
-            import base64
-
-            async for event in link.events():
-                kind = event.get("type")
-                if kind == "reply":
-                    doc = event.get("document")
-                    await console.send(reply(event.get("text", ""), doc and Document(
-                        doc["filename"], base64.b64decode(doc["data"]))))
-                elif kind == "typing" and event.get("on"):
-                    stack = thinking.setdefault(event.get("message_id") or "", AsyncExitStack())
-                    await stack.enter_async_context(console.typing(Message(
-                        channel=console.name, chat_id=link.chat, sender_id=console.user, text="",
-                        timestamp=datetime.now(UTC))))
-                elif kind == "typing":
-                    stack = thinking.pop(event.get("message_id") or "", None)
-                    if stack is not None:
-                        await stack.aclose()
-                elif kind == "closing":
-                    return "the gateway stopped; this chat ended with it"
-            return f"the line to the gateway at {client.url} broke; this chat ended"
-
-        await console.start(hand_in)
-        shower = asyncio.create_task(show(), name="attached-replies")
-        leaving = [asyncio.create_task(console.closed.wait()), asyncio.create_task(stop.wait())]
-        try:
-            await asyncio.wait([shower, *leaving], return_when=asyncio.FIRST_COMPLETED)
-            if not shower.done():
-                # The person left: show the answers to what they already sent (the gateway answers
-                # and captures them either way), as the in-process chat does before it exits.
-                await asyncio.wait([shower, asyncio.create_task(link.answered.wait())],
-                                   timeout=settings.agent.turn_timeout + 10, return_when=asyncio.FIRST_COMPLETED)
-                return None
-            return shower.result()
-        finally:
-            for task in (shower, *leaving):
-                task.cancel()
-            for stack in thinking.values():
-                await stack.aclose()
-            await console.stop()
 
 
 def build_channels(settings: Settings) -> list:
