@@ -361,7 +361,12 @@ class TelegramAdapter:
     @asynccontextmanager
     async def typing(self, message: Message) -> AsyncIterator[None]:
         """Send "typing" now and every few seconds until the block exits."""
-        app = self._require_app()
+        app = self._app
+        if app is None:
+            # Not started yet: a process taking a bot over answers the adopted turns while the
+            # channel still logs in. A typing hint is cosmetic; the turn must not fail for it.
+            yield
+            return
         chat_id = api_chat_id(message.chat_id)
         thread_id = int(message.thread_id) if message.thread_id else None
         task = asyncio.create_task(self._typing_loop(app, chat_id, thread_id), name=f"{self.name}-typing")

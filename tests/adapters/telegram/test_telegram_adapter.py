@@ -556,3 +556,13 @@ async def test_a_batch_is_handed_on_chats_at_once_each_chat_in_order(tg: FakeTel
     await tg.wait_until(lambda: len(seen) == 4)
     assert seen == ["b1", "a1", "a2", "a3"]
     await tg.wait_until(lambda: tg.pending_updates == 0)
+
+
+async def test_typing_before_the_channel_started_is_a_no_op(tg: FakeTelegram) -> None:
+    """A process taking a bot over answers the adopted turns while the channel still logs in
+    (tests/reliability/test_scale_out.py): the typing hint must not fail those turns."""
+    adapter = TelegramAdapter(tg.token, base_url=tg.base_url)
+    msg = Message(channel="telegram", chat_id="42", sender_id="42", text="x", timestamp=datetime.now(UTC))
+    async with adapter.typing(msg):
+        pass
+    assert tg.actions == []
