@@ -4,7 +4,8 @@ It finds the model (a local Ollama / llama.cpp / vLLM on its usual port, an addr
 litellm model name and its key), tests it with one short call, walks through the channels
 (Telegram: the token checked with getMe and the owner's id read from their first message;
 WeChat: the QR login now or later), makes the owner, writes the config with comments and the
-secrets into a private env file, and ends with the exact command to start.
+secrets into a private env file, and ends with the exact command to start. The checks it makes
+(the model's one call, the Telegram token, the owner's first message) are in onboard_checks.py.
 
 Interactive (questions on the terminal, plain `input`) or `--non-interactive` (flags only: a
 missing answer is one line naming the flag). The terminal user and, with Telegram, the Telegram
@@ -13,19 +14,18 @@ account given become owners, so the first pairing needs no CLI.
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import os
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bot.cli.onboard_checks import BotApiUnreachable, telegram_first_sender, telegram_get_me, test_model
 from bot.cli.setup_files import SetupChoices, write_private, write_setup
 from bot.config import load_settings
 from bot.errors import ConfigError, MemgateError
-from bot.model_servers import KNOWN_SERVERS, OLLAMA, FoundServer, detect, down_hint, probe, shown_address
+from bot.model_servers import KNOWN_SERVERS, OLLAMA, FoundServer, detect, probe, shown_address
 from bot.settings import check_proxy_url
 
 TELEGRAM_API = "https://api.telegram.org/bot"
@@ -103,80 +103,6 @@ class Outcome:
     env_file: Path | None
     start_command: str
     summary: tuple[str, ...]
-
-
-# --- the checks (each one real I/O, each failure one line) -------------------------------------
-async def test_model(api_base: str, model: str, key: str | None) -> str:
-    """One short call to the model; returns its answer or raises MemgateError saying what to run."""
-    from bot.app import make_llm
-    from memory.llm import set_offline_env
-
-    set_offline_env()
-    env = {"MEMGATE_CONFIG": os.devnull, "MEMGATE_LLM_API_BASE": api_base, "MEMGATE_LLM_MODEL": model,
-           "MEMGATE_LLM_RETRIES": "0", "MEMGATE_LLM_TIMEOUT": "60"}
-    if key:
-        env["MEMGATE_LLM_API_KEY"] = key
-    settings = load_settings(None, env=env)
-    llm = make_llm(settings, None)
-    try:
-        out = await llm.complete([{"role": "user", "content": "Reply with the word OK."}], purpose="onboard", max_tokens=5)
-    except Exception as exc:  # litellm's errors vary by provider: the line says what to do
-        raise MemgateError(f"the model at {shown_address(api_base, model)} did not answer ({str(exc)[:160]}); "
-                           f"{down_hint(api_base, model)}") from None
-    return (out.content or "").strip()[:60]
-
-
-class BotApiUnreachable(MemgateError):
-    """The Bot API did not answer at all (blocked, no route, timed out): a proxy may help."""
-
-
-def _telegram_http(proxy: str, timeout: float):
-    import httpx
-
-    # An explicit proxy, or none: never one from the environment that the gateway would not use.
-    return httpx.AsyncClient(proxy=proxy or None, timeout=timeout, trust_env=False)
-
-
-async def telegram_get_me(base: str, token: str, proxy: str = "") -> str:
-    """The bot's @username for this token (getMe), or MemgateError (BotApiUnreachable when no
-    answer came at all)."""
-    import httpx
-
-    try:
-        async with _telegram_http(proxy, 15) as http:
-            resp = await http.get(f"{base}{token}/getMe")
-        body = resp.json()
-    except (httpx.HTTPError, ValueError, OSError) as exc:
-        # The URL holds the token: only the kind of failure is shown.
-        how = f" through the proxy {proxy}" if proxy else ""
-        raise BotApiUnreachable(f"could not reach the Telegram Bot API at {base.removesuffix('/bot')}{how}: "
-                                f"{type(exc).__name__}") from None
-    if not isinstance(body, dict) or not body.get("ok"):
-        why = body.get("description") if isinstance(body, dict) else "no answer"
-        raise MemgateError(f"Telegram refused the token ({why}): copy it again from @BotFather")
-    return "@" + str(body["result"].get("username", "?"))
-
-
-async def telegram_first_sender(base: str, token: str, wait: float, proxy: str = "") -> tuple[int, str] | None:
-    """The id and name of the first person who writes to the bot in private (getUpdates, nothing
-    confirmed: the gateway answers that message later as any other)."""
-    import httpx
-
-    deadline = time.monotonic() + wait
-    async with _telegram_http(proxy, 40) as http:
-        while time.monotonic() < deadline:
-            try:
-                resp = await http.get(f"{base}{token}/getUpdates", params={"timeout": "5"})
-                body = resp.json()
-            except (httpx.HTTPError, ValueError, OSError):
-                await asyncio.sleep(1)
-                continue
-            for update in body.get("result") or () if isinstance(body, dict) else ():
-                msg = update.get("message") or {}
-                if (msg.get("chat") or {}).get("type") == "private" and msg.get("from"):
-                    who = msg["from"]
-                    return int(who["id"]), str(who.get("first_name") or who.get("username") or who["id"])
-    return None
 
 
 # --- the flow -----------------------------------------------------------------------------------
