@@ -19,6 +19,7 @@ from typing import Protocol
 
 import aiohttp
 
+from adapters.download import read_capped
 from adapters.retry_after import parse_retry_after, retry_delay
 from bot.errors import ChannelError, MediaError
 
@@ -133,12 +134,7 @@ class CustomerServiceClient:
                             token = await self._access_token(stale=token)
                             continue
                         raise MediaError(f"media/get refused (errcode {errcode})")
-                    body = bytearray()
-                    async for chunk in resp.content.iter_chunked(65536):
-                        body += chunk
-                        if len(body) > max_bytes:
-                            raise MediaError(f"over the {max_bytes}-byte cap", too_large=True)
-                    return bytes(body)
+                    return await read_capped(resp, max_bytes)
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 # The URL holds the access token: the error says only what kind it was.
                 raise MediaError(f"media/get failed ({type(exc).__name__})") from None

@@ -736,3 +736,15 @@ async def test_a_retried_part_of_a_long_reply_is_the_only_one_sent_again(api, tm
             assert outbox.stats.retried == 1 and outbox.counts() == {"sent": len(pieces)}
     finally:
         store.close()
+
+
+async def test_media_get_returns_a_file_under_the_cap_and_refuses_one_over_it_as_too_large(api):
+    from bot.errors import MediaError
+
+    api.media["small"] = (b"v" * 1000, "audio/amr")
+    api.media["big"] = (b"v" * 5000, "audio/amr")
+    async with api_client(api) as (client, _):
+        assert await client.media_get("small", max_bytes=4096, timeout=5) == b"v" * 1000
+        with pytest.raises(MediaError) as refused:
+            await client.media_get("big", max_bytes=4096, timeout=5)
+    assert refused.value.too_large
