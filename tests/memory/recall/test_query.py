@@ -122,9 +122,13 @@ def test_the_second_step_finds_the_turn_next_to_the_one_that_names_the_entity(st
     rebuild_index(store)
     query = "你推荐老北京炸酱面馆那次，我一开始提了什么要求？"
     with_step = [h.id for h in Recaller(store, embedder).search(query, ["u"], limit=3, now=NOW)]
-    without = [h.id for h in Recaller(store, embedder, RecallSettings(expand_weight=0)).search(query, ["u"], limit=3, now=NOW)]
+    without = [h.id for h in Recaller(store, embedder, RecallSettings(expand_weight=0, session_weight=0)).search(query, ["u"], limit=3, now=NOW)]
+    session_only = [h.id for h in Recaller(store, embedder, RecallSettings(expand_weight=0, session_weight=0.3)).search(
+        query, ["u"], limit=3, now=NOW)]
     assert with_step[0] == ids[1] and ids[0] in with_step
     assert ids[0] not in without
+    # Session evidence alone reaches it too: the request is in the session the hit found.
+    assert ids[0] in session_only
 
 
 def test_neighbours_never_cross_a_session_or_a_space(store, embedder):
