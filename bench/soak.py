@@ -205,6 +205,7 @@ async def run(args: argparse.Namespace) -> int:
           + (f"empty {drained:.0f} s after the end" if not queued else f"NOT empty after {drained:.0f} s ({queued} left)"))
     print(f"RSS: {rows[0][1]:.1f} MB at {rows[0][0]:.0f} s, {rows[-1][1]:.1f} MB at the end; "
           f"slope after 2 min {slope(late):+.2f} MB/min; load {load()}")
+    print(f"CPU: the bench's own process (fake Bot API and LLM) {time.process_time():.0f} s")
     return 1 if code or queued else 0
 
 
