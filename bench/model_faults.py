@@ -26,12 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.fakes.llm_server import Delay, FakeLLM  # noqa: E402
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.fakes.ports import free_port  # noqa: E402
 
 
 def silent_server() -> tuple[int, socket.socket]:
@@ -107,7 +102,7 @@ def main() -> int:
     cases = {
         "ok": {"MEMGATE_LLM_MODEL": "qwen2.5", "MEMGATE_LLM_API_BASE": state["ok"]},
         "unroutable": {"MEMGATE_LLM_MODEL": "qwen2.5"},
-        "refused": {"MEMGATE_LLM_MODEL": "qwen2.5", "MEMGATE_LLM_API_BASE": f"http://127.0.0.1:{closed_port()}/v1"},
+        "refused": {"MEMGATE_LLM_MODEL": "qwen2.5", "MEMGATE_LLM_API_BASE": f"http://127.0.0.1:{free_port()}/v1"},
         "hang": {"MEMGATE_LLM_MODEL": "qwen2.5", "MEMGATE_LLM_API_BASE": f"http://127.0.0.1:{hang_port}/v1"},
         "slow": {"MEMGATE_LLM_MODEL": "qwen2.5", "MEMGATE_LLM_API_BASE": state["slow"]},
     }

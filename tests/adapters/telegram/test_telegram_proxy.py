@@ -6,7 +6,6 @@ the adapter when it connects directly."""
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
@@ -14,21 +13,14 @@ from adapters.telegram.adapter import TelegramAdapter
 from bot.config import load_settings
 from bot.errors import ChannelError
 from bot.message import Message, Reply
+from tests.fakes.ports import free_port
 from tests.fakes.proxy import FakeProxy
 from tests.fakes.telegram_api import FakeTelegram
 
 
-def closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 @pytest.mark.parametrize("scheme", ["http", "socks5"])
 async def test_the_bot_receives_and_answers_through_a_proxy_only(scheme):
-    blocked = closed_port()                   # the Bot API as this machine sees it: refused
+    blocked = free_port()                   # the Bot API as this machine sees it: refused
     async with FakeTelegram() as tg, FakeProxy() as proxy:
         proxy.routes[("127.0.0.1", blocked)] = ("127.0.0.1", int(tg.base_url.split(":")[2].split("/")[0]))
         base = f"http://127.0.0.1:{blocked}/bot"

@@ -102,12 +102,9 @@ async def test_non_interactive_onboard_with_a_wrong_token_is_one_line_and_writes
 
 
 async def test_non_interactive_onboard_with_no_model_server_says_what_to_run(tmp_path):
-    import socket
+    from tests.fakes.ports import free_port
 
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-    s.close()
+    closed = f"http://127.0.0.1:{free_port()}/v1"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot.cli", "onboard", "--non-interactive", "--config", str(tmp_path / "m.toml"),
         "--llm-api-base", closed, "--llm-model", "qwen2.5", cwd=ROOT, env=clean_env(),
@@ -300,11 +297,11 @@ async def test_onboarding_offers_a_proxy_when_the_bot_api_cannot_be_reached(tmp_
     """Issue 27: from mainland China the Bot API does not answer and the token prompt looped
     forever. Now the failure to reach it offers a proxy; through it getMe answers, and the config
     keeps the proxy for `memgate run` ([channels.telegram] proxy)."""
-    from tests.adapters.telegram.test_telegram_proxy import closed_port
+    from tests.fakes.ports import free_port
     from tests.fakes.proxy import FakeProxy
 
     fake_llm.responder = brain.respond
-    blocked = closed_port()
+    blocked = free_port()
     base = f"http://127.0.0.1:{blocked}/bot"
     config = tmp_path / "cfg" / "memgate.toml"
     env = tty_env(tmp_path / "home", None)
