@@ -46,7 +46,7 @@ class MemoryConfig(_Section):
     search_default: int = Field(10, ge=1, le=100)
     search_max: int = Field(20, ge=1, le=100)
     half_life_days: float = Field(14.0, gt=0, le=36500)
-    decay_floor: float = Field(0.8, ge=0, le=1)
+    decay_floor: float = Field(0.95, ge=0, le=1)
     mmr_lambda: float = Field(0.7, ge=0, le=1)
     fusion: Literal["convex", "rrf"] = "convex"
     dedup_threshold: float = Field(0.93, ge=0, le=1)

@@ -41,9 +41,11 @@ class RecallSettings:
     mmr_lambda: float = 0.7
     half_life_days: float = 14.0
     # MemOS uses a 0.3 floor; with it a months-old exact answer loses to yesterday's small talk
-    # (LoCoMo R@10 66% vs 73% without decay). 0.8 keeps recency a tie-breaker: newer wins among
-    # equally relevant memories, relevance wins otherwise.
-    decay_floor: float = 0.8
+    # (LoCoMo R@10 66% vs 73% without decay). 0.95 keeps recency a tie-breaker: newer wins among
+    # equally relevant memories, relevance wins otherwise. 0.8 still cost relevance (issue 23,
+    # R@10 0.8 -> 0.95: MADial-en +0.1, MADial-zh +0.9, CrossWOZ-zh 0, LoCoMo conv-26/41 0;
+    # no decay at all is +0.6 on LoCoMo but drops the tie-breaker; bench/RESULTS-recall.md).
+    decay_floor: float = 0.95
     cutoff: float = 0.3
     inject_items: int = 6
     inject_tokens: int = 800
