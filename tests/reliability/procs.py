@@ -1,8 +1,8 @@
 """Real `memgate run` / `memgate chat` subprocesses for crash scenarios, and what they left behind.
 
 Scenarios start the gateway as a person would, against the protocol fakes on 127.0.0.1, kill it
-with SIGKILL at a chosen point, start it again, and then read the DuckDB file to count what
-was stored. Waits are bounded only to turn a hang into a failure; nothing asserts timing.
+with SIGKILL at a chosen point, start it again, and then read the DuckDB file (or the PostgreSQL
+database) to count what was stored. Waits are bounded only to turn a hang into a failure; nothing asserts timing.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from memory.store.connection import Store
+from memory.store.backend import open_store
+from memory.store.url import duckdb_url
 from tests.fakes import brain
 from tests.fakes.llm_server import Delay, Script
 
@@ -99,22 +100,23 @@ async def until(predicate: Callable[[], bool], what: str, timeout: float = 180.0
         await asyncio.sleep(0.02)
 
 
-def stored_user_texts(data_dir: Path) -> list[str]:
-    """Every user message captured in the durable ingest queue (what memory will hold)."""
-    store = Store(data_dir / "memgate.duckdb", 384)
+def rows(where: Path | str, sql: str) -> list[tuple]:
+    """What `sql` reads from the store a run left: a data folder's DuckDB file, or a database URL."""
+    store = open_store(duckdb_url(where / "memgate.duckdb") if isinstance(where, Path) else where, 384)
     try:
-        rows = store.read(lambda c: c.execute("SELECT payload FROM ingest_queue").fetchall())
+        return store.read(lambda c: c.execute(sql).fetchall())
     finally:
         store.close()
-    return [m["text"] for (payload,) in rows for m in json.loads(payload)["messages"] if m["role"] == "user"]
+
+
+def stored_user_texts(where: Path | str) -> list[str]:
+    """Every user message captured in the durable ingest queue (what memory will hold)."""
+    return [m["text"] for (payload,) in rows(where, "SELECT payload FROM ingest_queue")
+            for m in json.loads(payload)["messages"] if m["role"] == "user"]
 
 
 def inbox_statuses(data_dir: Path) -> dict[str, int]:
-    store = Store(data_dir / "memgate.duckdb", 384)
-    try:
-        return dict(store.read(lambda c: c.execute("SELECT status, count(*) FROM inbox GROUP BY status").fetchall()))
-    finally:
-        store.close()
+    return dict(rows(data_dir, "SELECT status, count(*) FROM inbox GROUP BY status"))
 
 
 async def settle(predicate: Callable[[], bool], timeout: float = 90.0,

@@ -22,25 +22,10 @@ from memory.store.backend import open_store
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
 from tests.reliability.harness import Counts, assert_safe, scenario
-from tests.reliability.procs import (is_reply_request, kill, memgate_env, responder, settle, start, tally, terminate,
-                                     until)
+from tests.reliability.procs import (is_reply_request, kill, memgate_env, responder, rows, settle, start,
+                                     stored_user_texts, tally, terminate, until)
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.postgres]
-
-
-def rows(url: str, sql: str) -> list[tuple]:
-    store = open_store(url, 384)
-    try:
-        return store.read(lambda c: c.execute(sql).fetchall())
-    finally:
-        store.close()
-
-
-def stored_user_texts(url: str) -> list[str]:
-    import json
-
-    return [m["text"] for (payload,) in rows(url, "SELECT payload FROM ingest_queue")
-            for m in json.loads(payload)["messages"] if m["role"] == "user"]
 
 
 def answers(tg: FakeTelegram, sent: list[dict]) -> dict[str, int]:
