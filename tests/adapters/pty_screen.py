@@ -77,6 +77,14 @@ class Tty:
     def send(self, text: str) -> None:
         self.child.send(text)
 
+    async def answers(self, *steps: tuple[str, object]) -> None:
+        """A dialogue: for each step wait until `shown` is on the screen, then type `typed` (as text) and
+        Enter (None: type nothing, only wait)."""
+        for shown, typed in steps:
+            await self.shows(shown)
+            if typed is not None:
+                self.send(f"{typed}\r")
+
     def screen_lines(self) -> list[str]:
         return [line.rstrip() for line in self._screen.screen.display]
 

@@ -123,11 +123,11 @@ async def answer_data_model_and_name(tty: Tty, data: Path, llm_base: str) -> Non
     await tty.shows("Which one?")
     number = next(line.split(")")[0].strip() for line in tty.screen_lines() if llm_base in line)
     tty.send(f"{number}\r")
-    await tty.shows("Which model?")
-    tty.send("fake-model\r")
-    await tty.shows("ok, it answered")
-    await tty.shows("Your name in the terminal chat")
-    tty.send("ann\r")
+    await tty.answers(
+        ("Which model?", "fake-model"),
+        ("ok, it answered", None),
+        ("Your name in the terminal chat", "ann"),
+    )
 
 
 async def test_interactive_onboard_answers_every_question_then_run_replies(tmp_path, fake_llm, telegram):
@@ -139,16 +139,14 @@ async def test_interactive_onboard_answers_every_question_then_run_replies(tmp_p
                "--telegram-api-base", telegram.base_url], env)
     try:
         await answer_data_model_and_name(tty, tmp_path / "data", fake_llm.base_url)
-        await tty.shows("Telegram? [y/N]")
-        tty.send("y\r")
-        await tty.shows("WeChat (personal account, iLink QR login)? [y/N]")
-        tty.send("n\r")
-        await tty.shows("Telegram bot token (hidden)")
-        tty.send(f"{telegram.token}\r")
-        await tty.shows("ok: the token belongs to @memgate_test_bot")
-        await tty.shows("Your Telegram user id")
-        tty.send("\r")
-        await tty.shows("Waiting up to")
+        await tty.answers(
+            ("Telegram? [y/N]", "y"),
+            ("WeChat (personal account, iLink QR login)? [y/N]", "n"),
+            ("Telegram bot token (hidden)", telegram.token),
+            ("ok: the token belongs to @memgate_test_bot", None),
+            ("Your Telegram user id", ""),
+            ("Waiting up to", None),
+        )
         telegram.inject_message(OWNER_ID, "/start", first_name="Ann")
         await tty.shows(f"got it: Ann (id {OWNER_ID}) is the owner")
         await tty.shows("Start it with:")
@@ -180,14 +178,13 @@ async def test_interactive_onboard_logs_the_wechat_bot_in_by_qr_code(tmp_path, f
                    "--wechat-api-base", ilink.base_url], env)
         try:
             await answer_data_model_and_name(tty, data, fake_llm.base_url)
-            await tty.shows("Telegram? [y/N]")
-            tty.send("n\r")
-            await tty.shows("WeChat (personal account, iLink QR login)? [y/N]")
-            tty.send("y\r")
-            await tty.shows("Log the WeChat bot in now (QR code)?")
-            tty.send("y\r")
-            await tty.shows("logged in as WeChat bot")
-            await tty.shows("Start it with:")
+            await tty.answers(
+                ("Telegram? [y/N]", "n"),
+                ("WeChat (personal account, iLink QR login)? [y/N]", "y"),
+                ("Log the WeChat bot in now (QR code)?", "y"),
+                ("logged in as WeChat bot", None),
+                ("Start it with:", None),
+            )
             assert await tty.exit_status() == 0
         finally:
             tty.close()
@@ -209,27 +206,23 @@ async def test_interactive_onboard_refuses_what_is_not_on_a_menu_skips_telegram_
     tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
                "--telegram-api-base", telegram.base_url], env)
     try:
-        await tty.shows("Where should memgate keep its data?")
-        tty.send(f"{tmp_path / 'data'}\r")
-        await tty.shows("Which one?")
-        tty.send("9\r")
-        await tty.shows("'9' is not on the list")
+        await tty.answers(
+            ("Where should memgate keep its data?", tmp_path / "data"),
+            ("Which one?", "9"),
+            ("'9' is not on the list", None),
+        )
         number = next(line.split(")")[0].strip() for line in tty.screen_lines() if fake_llm.base_url in line)
         tty.send(f"{number}\r")
-        await tty.shows("Which model?")
-        tty.send("fake-model\r")
-        await tty.shows("ok, it answered")
-        await tty.shows("Your name in the terminal chat")
-        tty.send("ann\r")
-        await tty.shows("Telegram? [y/N]")
-        tty.send("maybe\r")
-        await tty.shows("please answer y or n")
-        tty.send("y\r")
-        await tty.shows("WeChat (personal account, iLink QR login)? [y/N]")
-        tty.send("n\r")
-        await tty.shows("Telegram bot token (hidden)")
-        tty.send("\r")
-        await tty.shows("Start it with:")
+        await tty.answers(
+            ("Which model?", "fake-model"),
+            ("ok, it answered", None),
+            ("Your name in the terminal chat", "ann"),
+            ("Telegram? [y/N]", "maybe"),
+            ("please answer y or n", "y"),
+            ("WeChat (personal account, iLink QR login)? [y/N]", "n"),
+            ("Telegram bot token (hidden)", ""),
+            ("Start it with:", None),
+        )
         assert await tty.exit_status() == 0
     finally:
         tty.close()
@@ -243,22 +236,17 @@ async def test_interactive_onboard_refuses_what_is_not_on_a_menu_skips_telegram_
     tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
                "--telegram-api-base", telegram.base_url], env)
     try:
-        await tty.shows("picking up from it")
-        await tty.shows("Where should memgate keep its data?")
-        tty.send("\r")
-        await tty.shows("Keep the model fake-model")
-        tty.send("\r")
-        await tty.shows("Your name in the terminal chat [ann]")
-        tty.send("\r")
-        await tty.shows("Telegram? [y/N]")
-        tty.send("y\r")
-        await tty.shows("WeChat (personal account, iLink QR login)? [y/N]")
-        tty.send("\r")
-        await tty.shows("Telegram bot token (hidden)")
-        tty.send(f"{telegram.token}\r")
-        await tty.shows("Your Telegram user id")
-        tty.send(f"{OWNER_ID}\r")
-        await tty.shows("Start it with:")
+        await tty.answers(
+            ("picking up from it", None),
+            ("Where should memgate keep its data?", ""),
+            ("Keep the model fake-model", ""),
+            ("Your name in the terminal chat [ann]", ""),
+            ("Telegram? [y/N]", "y"),
+            ("WeChat (personal account, iLink QR login)? [y/N]", ""),
+            ("Telegram bot token (hidden)", telegram.token),
+            ("Your Telegram user id", OWNER_ID),
+            ("Start it with:", None),
+        )
         assert await tty.exit_status() == 0
     finally:
         tty.close()
@@ -280,11 +268,11 @@ async def test_ctrl_c_at_the_hidden_token_prompt_stops_onboarding_at_once(tmp_pa
                "--telegram-api-base", telegram.base_url, "--channels", "telegram"], env)
     try:
         await answer_data_model_and_name(tty, tmp_path / "data", fake_llm.base_url)
-        await tty.shows("Telegram? [Y/n]")
-        tty.send("\r")
-        await tty.shows("WeChat (personal account, iLink QR login)? [y/N]")
-        tty.send("\r")
-        await tty.shows("Telegram bot token (hidden)")
+        await tty.answers(
+            ("Telegram? [Y/n]", ""),
+            ("WeChat (personal account, iLink QR login)? [y/N]", ""),
+            ("Telegram bot token (hidden)", None),
+        )
         tty.send("123:half-typ\x03")            # no Enter: the interrupt alone must end it
         assert await tty.exit_status(timeout=60) == 130
     finally:
@@ -311,21 +299,17 @@ async def test_onboarding_offers_a_proxy_when_the_bot_api_cannot_be_reached(tmp_
                    "--telegram-api-base", base, "--channels", "telegram"], env)
         try:
             await answer_data_model_and_name(tty, tmp_path / "data", fake_llm.base_url)
-            await tty.shows("Telegram? [Y/n]")
-            tty.send("\r")
-            await tty.shows("WeChat (personal account, iLink QR login)? [y/N]")
-            tty.send("\r")
-            await tty.shows("Telegram bot token (hidden)")
-            tty.send(f"{telegram.token}\r")
-            await tty.shows("could not reach the Telegram Bot API")
-            await tty.shows("Proxy for Telegram")
-            tty.send("socks5://nowhere\r")           # not an address: asked again
-            await tty.shows("a proxy is http://HOST:PORT")
-            tty.send(f"{proxy.url('socks5')}\r")
-            await tty.shows("ok: the token belongs to @memgate_test_bot")
-            await tty.shows("Your Telegram user id")
-            tty.send(f"{OWNER_ID}\r")
-            await tty.shows("Start it with:")
+            await tty.answers(
+                ("Telegram? [Y/n]", ""),
+                ("WeChat (personal account, iLink QR login)? [y/N]", ""),
+                ("Telegram bot token (hidden)", telegram.token),
+                ("could not reach the Telegram Bot API", None),
+                ("Proxy for Telegram", "socks5://nowhere"),  # not an address: asked again
+                ("a proxy is http://HOST:PORT", proxy.url("socks5")),
+                ("ok: the token belongs to @memgate_test_bot", None),
+                ("Your Telegram user id", OWNER_ID),
+                ("Start it with:", None),
+            )
             assert await tty.exit_status() == 0
         finally:
             tty.close()
