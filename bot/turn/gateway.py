@@ -240,8 +240,9 @@ class Gateway:
         earlier = self._unrecorded.get(key)
         if earlier is not None and earlier[0] != pkey and time.monotonic() - earlier[1] < UNRECORDED_HOLD_SECONDS:
             # An earlier message of this conversation could not be recorded: this one waits for it
-            # (recorded first, it would be answered first), and its sender hears why.
-            await self._tell_storage_down(msg, f"in:{msg.channel}:{pkey}")
+            # (recorded first, it would be answered first), and its sender hears why: once per
+            # person while that first message waits, not once per message they send meanwhile.
+            await self._tell_storage_down(msg, f"in:{key}:{msg.sender_id}:{earlier[0]}")
             raise StoreWriteError(f"an earlier message in {key} is not recorded yet")
         try:
             entry = await asyncio.to_thread(self.inbox.accept, msg)
@@ -253,7 +254,8 @@ class Gateway:
                 if len(self._unrecorded) > 10_000:
                     self._unrecorded.clear()
                 self._unrecorded[key] = (pkey, time.monotonic())
-            await self._tell_storage_down(msg, f"in:{msg.channel}:{pkey}")
+            anchor = self._unrecorded.get(key, (pkey, 0.0))[0]
+            await self._tell_storage_down(msg, f"in:{key}:{msg.sender_id}:{anchor}")
             if isinstance(exc, StoreWriteError):
                 raise
             raise StoreWriteError(f"the message could not be recorded: {type(exc).__name__}: {exc}") from exc

@@ -23,11 +23,15 @@ from tests.reliability.procs import is_reply_request, kill, memgate_env, respond
 pytestmark = [pytest.mark.timeout(600), pytest.mark.postgres]
 
 CHATS, ROUNDS = 20, 20
+STORAGE_NOTICE = "could not save your message"  # bot.turn.gateway.STORAGE_DOWN_TEXT
 
 
 def _answers(tg: FakeTelegram, sent: list[dict]) -> dict[str, int]:
-    """Replies per message (the first part of a reply quotes the message it answers)."""
-    quoted = Counter((int(s["chat_id"]), (s.get("reply_parameters") or {}).get("message_id")) for s in list(tg.sent))
+    """Replies per message (the first part of a reply quotes the message it answers; so does a
+    notice that the store could not record it yet, which is not an answer: on a machine this busy
+    the pool can run dry for its 30 s timeout, and every sender is told, issue 22 A5)."""
+    quoted = Counter((int(s["chat_id"]), (s.get("reply_parameters") or {}).get("message_id")) for s in list(tg.sent)
+                     if STORAGE_NOTICE not in (s.get("text") or ""))
     return {m["text"]: quoted[(m["chat"]["id"], m["message_id"])] for m in sent}
 
 
