@@ -7,18 +7,17 @@ as Telegram does)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from memory.store.backend import open_store
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
 from tests.reliability.harness import Counts, assert_safe
-from tests.reliability.procs import is_reply_request, kill, memgate_env, responder, settle, start, tally, terminate, until
+from tests.reliability.procs import (is_reply_request, kill, memgate_env, responder, rows, settle, start,
+                                     stored_user_texts, tally, terminate, until)
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.postgres]
 
@@ -52,21 +51,7 @@ class RepliesQuiet:
             return False
         if now - self.since < 0.5:
             return False
-        return _rows(self.url, "SELECT count(*) FROM outbox WHERE status = 'sent'")[0][0] == seen[0]
-
-
-def _rows(url: str, sql: str) -> list[tuple]:
-    store = open_store(url, 384)
-    try:
-        return store.read(lambda c: c.execute(sql).fetchall())
-    finally:
-        store.close()
-
-
-def stored_user_texts(url: str) -> list[str]:
-    """Every user message captured in the durable ingest queue (what memory will hold)."""
-    return [m["text"] for (payload,) in _rows(url, "SELECT payload FROM ingest_queue")
-            for m in json.loads(payload)["messages"] if m["role"] == "user"]
+        return rows(self.url, "SELECT count(*) FROM outbox WHERE status = 'sent'")[0][0] == seen[0]
 
 
 async def two_processes_one_killed(tmp: Path, url: str) -> tuple[Counts, dict[str, float]]:
@@ -83,7 +68,7 @@ async def two_processes_one_killed(tmp: Path, url: str) -> tuple[Counts, dict[st
         try:
             await until(lambda: tg.calls.count("getUpdates") >= 1, "the first process polling", proc=first)
             second = await start(envs[1], "run")
-            await until(lambda: len(_rows(url, "SELECT n FROM workers")) >= 2, "the second process joined", proc=second)
+            await until(lambda: len(rows(url, "SELECT n FROM workers")) >= 2, "the second process joined", proc=second)
             sent = []
             for r in range(ROUNDS):
                 for c in range(CHATS):
@@ -109,15 +94,15 @@ async def two_processes_one_killed(tmp: Path, url: str) -> tuple[Counts, dict[st
             await settle(lambda: all(_answers(tg, sent).values()), timeout=300, proc=second)
             # And every captured turn turned into memory by the surviving process (a space the
             # dead one was ingesting is free the moment it died).
-            await settle(lambda: _rows(url, "SELECT count(*) FROM ingest_queue WHERE status = 'done'")[0][0]
+            await settle(lambda: rows(url, "SELECT count(*) FROM ingest_queue WHERE status = 'done'")[0][0]
                          >= CHATS * ROUNDS, timeout=300, proc=second)
         finally:
             await kill(first)
             if second is not None:
                 await terminate(second)
         counts = tally(name, texts, _answers(tg, sent), stored_user_texts(url), note=f"killed after {answered_before} answered")
-        ingested = dict(_rows(url, "SELECT status, count(*) FROM ingest_queue GROUP BY status"))
-        twice = _rows(url, "SELECT turn_id, text FROM memories WHERE kind = 'chunk' GROUP BY turn_id, text HAVING count(*) > 1")
+        ingested = dict(rows(url, "SELECT status, count(*) FROM ingest_queue GROUP BY status"))
+        twice = rows(url, "SELECT turn_id, text FROM memories WHERE kind = 'chunk' GROUP BY turn_id, text HAVING count(*) > 1")
         return counts, {"ingested": ingested, "chunks_twice": len(twice), "conflicts": tg.conflicts, "takeover_s": takeover_s, "answered_before_kill": answered_before}
 
 
