@@ -115,6 +115,15 @@ async def test_non_interactive_onboard_with_no_model_server_says_what_to_run(tmp
     assert not (tmp_path / "m.toml").exists()
 
 
+def onboard_tty(tmp_path: Path, llm_base: str, *args: str) -> tuple[Tty, Path]:
+    """`memgate onboard` on a pty, finding the model at `llm_base`; the config it will write (in a
+    folder of its own; no MEMGATE_CONFIG)."""
+    config = tmp_path / "cfg" / "memgate.toml"
+    env = tty_env(tmp_path / "home", None)
+    env.pop("MEMGATE_CONFIG")
+    return Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", llm_base, *args], env), config
+
+
 async def answer_data_model_and_name(tty: Tty, data: Path, llm_base: str) -> None:
     """The first questions of an interactive onboard: data folder, the found server, its model,
     the one-call model test, the terminal user's name."""
@@ -132,11 +141,7 @@ async def answer_data_model_and_name(tty: Tty, data: Path, llm_base: str) -> Non
 
 async def test_interactive_onboard_answers_every_question_then_run_replies(tmp_path, fake_llm, telegram):
     fake_llm.responder = brain.respond
-    config = tmp_path / "cfg" / "memgate.toml"
-    env = tty_env(tmp_path / "home", None)
-    env.pop("MEMGATE_CONFIG")
-    tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
-               "--telegram-api-base", telegram.base_url], env)
+    tty, config = onboard_tty(tmp_path, fake_llm.base_url, "--telegram-api-base", telegram.base_url)
     try:
         await answer_data_model_and_name(tty, tmp_path / "data", fake_llm.base_url)
         await tty.answers(
@@ -170,12 +175,9 @@ async def test_interactive_onboard_logs_the_wechat_bot_in_by_qr_code(tmp_path, f
     from tests.fakes.ilink import FakeIlink
 
     fake_llm.responder = brain.respond
-    config, data = tmp_path / "cfg" / "memgate.toml", tmp_path / "data"
-    env = tty_env(tmp_path / "home", None)
-    env.pop("MEMGATE_CONFIG")
+    data = tmp_path / "data"
     async with FakeIlink(qr_statuses=("wait", "scaned", "confirmed")) as ilink:
-        tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
-                   "--wechat-api-base", ilink.base_url], env)
+        tty, config = onboard_tty(tmp_path, fake_llm.base_url, "--wechat-api-base", ilink.base_url)
         try:
             await answer_data_model_and_name(tty, data, fake_llm.base_url)
             await tty.answers(
@@ -200,11 +202,7 @@ async def test_interactive_onboard_refuses_what_is_not_on_a_menu_skips_telegram_
     for later: the config is written with the rest and says how to add it; onboarding again
     picks up from that config and does the skipped step."""
     fake_llm.responder = brain.respond
-    config = tmp_path / "cfg" / "memgate.toml"
-    env = tty_env(tmp_path / "home", None)
-    env.pop("MEMGATE_CONFIG")
-    tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
-               "--telegram-api-base", telegram.base_url], env)
+    tty, config = onboard_tty(tmp_path, fake_llm.base_url, "--telegram-api-base", telegram.base_url)
     try:
         await tty.answers(
             ("Where should memgate keep its data?", tmp_path / "data"),
@@ -233,8 +231,7 @@ async def test_interactive_onboard_refuses_what_is_not_on_a_menu_skips_telegram_
 
     # Later: onboarding again picks up from the config, Enter keeps each answer, and the skipped
     # step is done now.
-    tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
-               "--telegram-api-base", telegram.base_url], env)
+    tty, _ = onboard_tty(tmp_path, fake_llm.base_url, "--telegram-api-base", telegram.base_url)
     try:
         await tty.answers(
             ("picking up from it", None),
@@ -261,11 +258,8 @@ async def test_interactive_onboard_refuses_what_is_not_on_a_menu_skips_telegram_
 async def test_ctrl_c_at_the_hidden_token_prompt_stops_onboarding_at_once(tmp_path, fake_llm, telegram):
     """Issue 27: Ctrl-C at the hidden token prompt did nothing until Enter."""
     fake_llm.responder = brain.respond
-    config = tmp_path / "cfg" / "memgate.toml"
-    env = tty_env(tmp_path / "home", None)
-    env.pop("MEMGATE_CONFIG")
-    tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
-               "--telegram-api-base", telegram.base_url, "--channels", "telegram"], env)
+    tty, config = onboard_tty(tmp_path, fake_llm.base_url, "--telegram-api-base", telegram.base_url,
+                              "--channels", "telegram")
     try:
         await answer_data_model_and_name(tty, tmp_path / "data", fake_llm.base_url)
         await tty.answers(
@@ -291,12 +285,8 @@ async def test_onboarding_offers_a_proxy_when_the_bot_api_cannot_be_reached(tmp_
     fake_llm.responder = brain.respond
     blocked = free_port()
     base = f"http://127.0.0.1:{blocked}/bot"
-    config = tmp_path / "cfg" / "memgate.toml"
-    env = tty_env(tmp_path / "home", None)
-    env.pop("MEMGATE_CONFIG")
     async with FakeProxy({("127.0.0.1", blocked): ("127.0.0.1", int(telegram.base_url.split(":")[2].split("/")[0]))}) as proxy:
-        tty = Tty(["-m", "bot.cli", "--config", str(config), "onboard", "--probe", fake_llm.base_url,
-                   "--telegram-api-base", base, "--channels", "telegram"], env)
+        tty, config = onboard_tty(tmp_path, fake_llm.base_url, "--telegram-api-base", base, "--channels", "telegram")
         try:
             await answer_data_model_and_name(tty, tmp_path / "data", fake_llm.base_url)
             await tty.answers(
