@@ -4,10 +4,10 @@ Updates become `bot.message.Message` (every kind, media included: the gateway de
 answer; inbound.py); a `Reply` is split on its markdown source at Telegram's 4096 limit, each part
 is sent as HTML and, when Telegram cannot parse it, again as plain text (outbound.py). This module
 holds the lifecycle: getMe, polling that confirms only what the gateway recorded, the typing
-hint, the command menu and the token kept out of the logs. Our @username comes from getMe;
-a group command addressed to another bot ("/help@other_bot") is none of ours and never reaches
-the gateway. The command menu the composition root hands over is registered at start
-(setMyCommands).
+hint, the command menu (what Telegram accepts of it: menu.py) and the token kept out of the logs
+(token_filter.py). Our @username comes from getMe; a group command addressed to another bot
+("/help@other_bot") is none of ours and never reaches the gateway. The command menu the
+composition root hands over is registered at start (setMyCommands).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -28,6 +27,7 @@ from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 
 from adapters.telegram.inbound import message_from_update
 from adapters.telegram.media import fetch_file
+from adapters.telegram.menu import telegram_menu
 from adapters.telegram.outbound import (
     TELEGRAM_CAPTION_LIMIT,
     TELEGRAM_TEXT_LIMIT,
@@ -36,6 +36,7 @@ from adapters.telegram.outbound import (
     split_reply,
     utf16_len,
 )
+from adapters.telegram.token_filter import RedactToken
 from bot.channel import InboundHandler, MenuCommand
 from bot.errors import ChannelError, StoreError
 from bot.message import Media, Message, Reply
@@ -45,26 +46,7 @@ __all__ = ["TELEGRAM_CAPTION_LIMIT", "TELEGRAM_TEXT_LIMIT", "TelegramAdapter", "
 log = logging.getLogger(__name__)
 
 ALLOWED_UPDATES = (Update.MESSAGE, Update.EDITED_MESSAGE)
-# setMyCommands: 1-32 of a-z, 0-9 and _ per name; 1-256 characters per description; 100 commands.
-_MENU_NAME = re.compile(r"[a-z0-9_]{1,32}")
-_MENU_DESCRIPTION_LIMIT = 256
-_MENU_LIMIT = 100
-# Loggers whose records can quote the token (request URLs, "Set Bot API URL", InvalidToken).
-# A logger's filter only sees records created on that very logger, hence the full list.
-_TOKEN_LOGGERS = (
-    "httpx",
-    "httpcore.http11",
-    "httpcore.connection",
-    "telegram",
-    "telegram.Bot",
-    "telegram.ext",
-    "telegram.ext.ExtBot",
-    "telegram.ext.Application",
-    "telegram.ext.Updater",
-    "telegram.ext.AIORateLimiter",
-    "telegram.request.BaseRequest",
-    "telegram.request.HTTPXRequest",
-)
+
 
 class TelegramAdapter:
     """A `Channel` over the Telegram Bot API (long polling, python-telegram-bot 22)."""
@@ -103,7 +85,7 @@ class TelegramAdapter:
         self._inbound: InboundHandler | None = None
         self._typing_tasks: set[asyncio.Task[None]] = set()
         self._sending: set[asyncio.Task[Any]] = set()
-        self._redact = _RedactToken(token)
+        self._redact = RedactToken(token)
         self._sender = Sender(name, self._safe, network_retries=network_retries, retry_delay=retry_delay)
         self._menu: tuple[MenuCommand, ...] = ()
         # Asked before each getUpdates when processes share a database (bot.channel.OneReceiver).
@@ -398,44 +380,6 @@ class TelegramAdapter:
         return self._app
 
 
-def telegram_menu(commands: Sequence[MenuCommand]) -> list[tuple[str, str]]:
-    """(name, description) pairs Telegram accepts: names it would refuse are left out, descriptions cut to 256."""
-    menu = []
-    for command in commands:
-        name, description = command.name.lower(), " ".join(command.description.split())
-        if not _MENU_NAME.fullmatch(name) or not description:
-            log.warning("telegram: command /%s left out of the menu (Telegram would refuse it)", command.name)
-            continue
-        menu.append((name, description[:_MENU_DESCRIPTION_LIMIT]))
-    return menu[:_MENU_LIMIT]
-
-
 def _poll_backoff(failures: int, base: float) -> float:
     """Seconds before polling again after `failures` failures in a row: base * 2^(n-1), at most 30."""
     return min(30.0, base * 2 ** max(0, failures - 1))
-
-
-class _RedactToken(logging.Filter):
-    """Replace the bot token in log records (httpx logs request URLs, which contain it)."""
-
-    def __init__(self, token: str) -> None:
-        super().__init__()
-        self._token = token
-
-    def install(self) -> None:
-        for name in _TOKEN_LOGGERS:
-            logging.getLogger(name).addFilter(self)
-
-    def remove(self) -> None:
-        for name in _TOKEN_LOGGERS:
-            logging.getLogger(name).removeFilter(self)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a malformed record is the logging module's to report, not ours
-            return True
-        if self._token in message:
-            record.msg = message.replace(self._token, "<token>")
-            record.args = ()
-        return True
