@@ -8,6 +8,13 @@ written (disk full) holds a turn back, tells the person, and the turn runs once 
 
 One turn in flight per conversation (its queue, bot.turn.queues, is bounded; overflow is told
 to the sender, never dropped silently); many conversations in parallel.
+
+Why one module of ~480 lines: its parts (start, and the standby that takes a receiver over on a
+shared database; `inbound`'s recording order; a turn's processing; telling people) all read and
+change the same per-conversation state: the queues, the holds of messages the inbox could not
+record, the turns to cancel, the storage-down notices already sent, and the cluster's receiving
+set. What stands alone has moved out (queues.py, attachments.py, sessions.py, bot/delivery/,
+bot/access/); cutting the rest would hand that state from module to module.
 """
 
 from __future__ import annotations

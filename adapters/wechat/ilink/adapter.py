@@ -12,6 +12,11 @@ another refusal) is told to the owner too, through the same `on_trouble` hook (t
 
 This module holds the lifecycle, the receive loop and the login's state; sending is
 outbound.py's, one bot call client.py's, the typing indicator typing_indicator.py's.
+
+Why one module of ~430 lines: the receive loop, the session expiry and a new login share the
+cursor, the context tokens, the seen message ids and the credentials' stamp (a new login loads
+the first two afresh, an expiry stops the loop until one comes); what stands alone is already
+apart (inbound, outbound, client, media, state, login, typing_indicator).
 """
 
 from __future__ import annotations
