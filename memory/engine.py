@@ -29,7 +29,8 @@ from memory.store.rows import (
 from memory.recall.block import render_block
 from memory.recall.search import MemoryHit, Recaller, RecallSettings
 from memory.store.connection import Conn, Store
-from memory.text import content_hash, normalize, redact, set_jieba_cache_dir, trim
+from memory.redaction import redact
+from memory.text import content_hash, normalize, set_jieba_cache_dir, trim
 
 log = logging.getLogger(__name__)
 

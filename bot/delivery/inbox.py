@@ -34,7 +34,7 @@ from bot.message import Kind, Media, Message
 from memory.store.connection import Conn, Migration, Store
 from memory.store.dialect import dialect_of
 from memory.store.rows import utc_naive
-from memory.text import redact
+from memory.redaction import redact
 
 INBOX_MIGRATIONS: tuple[Migration, ...] = (
     Migration(

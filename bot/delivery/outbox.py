@@ -36,7 +36,7 @@ from bot.observe import NoObserver, TurnObserver
 from memory.store.connection import Conn, Migration, Store
 from memory.store.dialect import dialect_of
 from memory.store.rows import utc_naive
-from memory.text import redact
+from memory.redaction import redact
 
 log = logging.getLogger(__name__)
 

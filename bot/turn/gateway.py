@@ -42,7 +42,7 @@ from bot.turn.commands import CommandContext, Commands
 from bot.turn.queues import ConversationQueues
 from bot.turn.sessions import Sessions
 from bot.turn.tools import ToolContext
-from memory.text import find_secrets
+from memory.redaction import find_secrets
 
 log = logging.getLogger(__name__)
 

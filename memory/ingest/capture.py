@@ -18,7 +18,8 @@ from datetime import datetime
 
 from memory.store.rows import new_id, utc_naive
 from memory.store.connection import Conn, Store
-from memory.text import find_secrets, redact, strip_memory_context
+from memory.redaction import find_secrets, redact
+from memory.text import strip_memory_context
 
 # Tools whose results are memories already: capturing them would store memories twice.
 MEMORY_TOOLS = frozenset({

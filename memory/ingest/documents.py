@@ -11,7 +11,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from memory.store.rows import NewMemory
-from memory.text import content_hash, normalize, redact
+from memory.redaction import redact
+from memory.text import content_hash, normalize
 
 __all__ = ["document_rows", "split_document"]
 

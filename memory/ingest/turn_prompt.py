@@ -23,7 +23,8 @@ from memory.ingest.capture import TurnMessage
 from memory.recall.block import humanize_age
 from memory.tasks.boundary import TaskGist, render_gist
 from memory.tasks.rules import Verdict
-from memory.text import estimate_tokens, neutralize, redact, render_name, trim
+from memory.redaction import redact
+from memory.text import estimate_tokens, neutralize, render_name, trim
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,8 @@ from memory.store.rows import NewMemory, insert_memories, new_id, utc_naive
 from memory.store.vectors import vector_candidates
 from memory.tasks.boundary import TaskGist, gist_for, next_gist, store_verdicts, wants_verdict
 from memory.tasks.rules import ChunkInfo, Turn
-from memory.text import content_hash, normalize, redact, trim
+from memory.redaction import redact
+from memory.text import content_hash, normalize, trim
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,8 @@ from datetime import datetime, timedelta
 
 from memory.store.connection import Conn
 from memory.tasks.rules import OpenTask, Step, Turn, Verdict, boundary_step
-from memory.text import redact, trim
+from memory.redaction import redact
+from memory.text import trim
 
 FIRST_CHARS = 200     # of the task's first request
 LINE_CHARS = 150      # of each recent user line

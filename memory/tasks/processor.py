@@ -53,7 +53,8 @@ from memory.tasks.rules import (
 )
 from memory.tasks.settings import TaskSettings
 from memory.tasks.summary import LANGUAGE_HINT, SummaryAnswer, cut_text, format_chat, render_summary
-from memory.text import redact, trim
+from memory.redaction import redact
+from memory.text import trim
 
 log = logging.getLogger(__name__)
 

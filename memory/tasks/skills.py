@@ -52,7 +52,8 @@ from memory.tasks.skill_files import (
 from memory.store.connection import Conn, Store
 from memory.tasks.rules import skill_reject_reason, user_language
 from memory.tasks.summary import LANGUAGE_HINT, cut_text
-from memory.text import redact, trim
+from memory.redaction import redact
+from memory.text import trim
 
 log = logging.getLogger(__name__)
 

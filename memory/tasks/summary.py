@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from memory.tasks.rules import ChunkInfo, Language
 from memory.tasks.settings import TaskSettings
-from memory.text import redact
+from memory.redaction import redact
 
 
 class SummaryAnswer(BaseModel):

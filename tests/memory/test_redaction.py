@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.text import find_secrets, redact
+from memory.redaction import find_secrets, redact
 
 SECRETS = {
     "openai": ("my key is {}", "sk-" + "a1B2c3D4e5F6g7H8i9J0" * 2 + "abcdefgh"),

@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memory.redaction import redact
 from memory.text import (
-    MEMORY_CLOSE, MEMORY_OPEN, content_hash, has_cjk, neutralize, query_terms, redact, strip_memory_context,
-    tokenize,
+    MEMORY_CLOSE, MEMORY_OPEN, content_hash, has_cjk, neutralize, query_terms, strip_memory_context, tokenize,
 )
 from memory.prompts import MEMORY_BLOCK_HEADER
 

@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 from bot.delivery.inbox import message_from_json, message_to_json
 from bot.message import Document, Image, Kind, Media, Message, Reply
 from bot.delivery.outbox import reply_from_json, reply_to_json
-from memory.text import redact
+from memory.redaction import redact
 
 
 @given(text=st.text(), blob=st.binary(max_size=256), which=st.sampled_from(["none", "image", "document"]))

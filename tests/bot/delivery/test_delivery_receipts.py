@@ -24,7 +24,7 @@ from bot.message import Image, Message, Reply
 from bot.delivery.outbox import FORGOTTEN, OUTBOX_MIGRATIONS, Outbox, OutboxSettings
 from bot.turn.sessions import SESSION_MIGRATIONS
 from memory.store.connection import Store
-from memory.text import find_secrets
+from memory.redaction import find_secrets
 from tests.fakes.channel import RecordingChannel
 
 KEY = "sk-proj-Abc123def456ghi789jkl012mno345"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ WORDS = st.sampled_from("apple river piano Berlin 花生 咖啡 跑步 guitar bu
 CONTENT = st.lists(WORDS, min_size=1, max_size=5).map(" ".join)
 
 
+@pytest.mark.timeout(300)  # 25 examples of real embeddings and searches, on both backends
 def test_search_never_leaves_the_allowed_spaces(new_store, embedder):
     # One store for every example (a new DuckDB file with every migration per example made this
     # the suite's slowest test); each example writes to spaces of its own, named by its number, so
