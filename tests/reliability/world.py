@@ -204,7 +204,11 @@ async def _drive(w: World, world_ids: list[str], public_writers: str) -> Counts:
         if code:
             await w.say(i, f"/confirm {code.group(1)}")
             proposals_to_the_unallowed += not (i == 0 or public_writers == "everyone")
-        m.where[public_marker(i)] = "public" if code else m.main[i]
+        # A marker made public stays public: a second share of it (the plan may repeat a writer)
+        # finds it there already and proposes nothing, which must not move it back to the
+        # writer's own space in the model (it was counted as a leak of its own public copy).
+        if code or m.where.get(public_marker(i)) != "public":
+            m.where[public_marker(i)] = "public" if code else m.main[i]
     for issuer, claimant, confirmed in plan.links:
         if issuer == claimant or m.main[issuer] == m.main[claimant]:
             continue
