@@ -1,5 +1,5 @@
-"""The litellm wrapper: timeouts, retries with backoff, JSON answers checked against a schema,
-and per-call accounting (calls, prompt and completion tokens).
+"""The litellm wrapper: timeouts, retries with backoff, and per-call accounting (calls, prompt
+and completion tokens). JSON answers checked against a schema are memory/llm_json.py.
 
 litellm is imported lazily (~5 s) and only after LITELLM_LOCAL_MODEL_COST_MAP is set, because
 its import otherwise fetches the model cost map from the internet.
@@ -9,24 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import random
-import re
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import Any, Protocol
 
 from memory.errors import LLMError, ModelSilent, ModelTurnedDown, ModelUnreachable
 
 log = logging.getLogger(__name__)
-M = TypeVar("M", bound=BaseModel)
 
 _OFFLINE_ENV = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -119,9 +114,6 @@ class LLM(Protocol):
                        tools: Sequence[dict[str, Any]] | None = None, max_tokens: int | None = None,
                        json_mode: bool = False) -> Completion: ...
 
-    async def complete_json(self, system: str, user: str, schema: type[M], *, purpose: str,
-                            max_tokens: int | None = None) -> M: ...
-
 
 @dataclass(frozen=True)
 class LLMSettings:
@@ -142,23 +134,6 @@ class LLMSettings:
 
 
 STREAM_CHARS_PER_TOKEN = 16
-
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)
-
-
-def extract_json(text: str) -> Any:
-    """Parse the JSON object in a model answer, tolerating fences and chatter around it."""
-    cleaned = _FENCE.sub("", text.strip())
-    try:
-        return json.loads(cleaned)
-    except json.JSONDecodeError:
-        pass
-    start = min((i for i in (cleaned.find("{"), cleaned.find("[")) if i >= 0), default=-1)
-    if start < 0:
-        raise ValueError("no JSON object in the answer")
-    end = max(cleaned.rfind("}"), cleaned.rfind("]"))
-    return json.loads(cleaned[start : end + 1])
-
 
 class LiteLLM:
     """The production LLM: litellm.acompletion with timeouts, retries and accounting."""
@@ -254,12 +229,12 @@ class LiteLLM:
             raise last
         status = getattr(last, "status_code", None)
         if status in (400, 401, 403, 404):
-            raise ModelTurnedDown(f"LLM call ({purpose}) turned down ({status}): {type(last).__name__}: {_short(last)}",
+            raise ModelTurnedDown(f"LLM call ({purpose}) turned down ({status}): {type(last).__name__}: {short_error(last)}",
                                   status) from last
         if last is not None and refused(last):
             raise ModelUnreachable(f"LLM call ({purpose}) failed: nothing answers at the model's address "
-                                   f"({type(last).__name__}: {_short(last)})") from last
-        raise LLMError(f"LLM call ({purpose}) failed: {type(last).__name__}: {_short(last)}")
+                                   f"({type(last).__name__}: {short_error(last)})") from last
+        raise LLMError(f"LLM call ({purpose}) failed: {type(last).__name__}: {short_error(last)}")
 
     async def _streamed(self, lib, kwargs: dict[str, Any]):
         """One streamed call, rebuilt into a whole response. The opening (connect, headers, first
@@ -299,39 +274,6 @@ class LiteLLM:
         if resp is None or not getattr(resp, "choices", None):
             raise LLMError("the streamed answer was empty")
         return resp
-
-    async def complete_json(self, system, user, schema, *, purpose, max_tokens=None):
-        return await complete_json(self, system, user, schema, purpose=purpose, max_tokens=max_tokens)
-
-
-# The repair round shows the model its bad answer: at most this much of it (a runaway 2 MB
-# answer would otherwise be sent back whole, and cost a context window).
-REPAIR_ECHO_CHARS = 4000
-
-
-async def complete_json(llm: LLM, system: str, user: str, schema: type[M], *, purpose: str,
-                        max_tokens: int | None = None) -> M:
-    """Ask for JSON matching `schema`; one repair round with the validation error, then LLMError."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-    for attempt in range(2):
-        result = await llm.complete(messages, purpose=purpose, max_tokens=max_tokens, json_mode=True)
-        try:
-            return schema.model_validate(extract_json(result.content))
-        except (ValueError, ValidationError) as exc:
-            if attempt == 1:
-                raise LLMError(f"LLM answer for {purpose} did not match its schema: {_short(exc)}") from exc
-            messages += [
-                {"role": "assistant", "content": _echo(result.content)},
-                {"role": "user", "content": f"That answer was not valid: {_short(exc)}. Reply with only the corrected JSON."},
-            ]
-    raise AssertionError("unreachable")
-
-
-def _echo(answer: str) -> str:
-    if len(answer) <= REPAIR_ECHO_CHARS:
-        return answer
-    return answer[:REPAIR_ECHO_CHARS] + f"\n[... {len(answer) - REPAIR_ECHO_CHARS} more characters cut]"
-
 
 def retry_after_seconds(exc: BaseException) -> float | None:
     """The wait a failed call's response asked for (Retry-After / retry-after-ms), in seconds.
@@ -384,6 +326,7 @@ def refused(exc: BaseException) -> bool:
 _UNREACHABLE_NAMES = frozenset({"ClientConnectorDNSError"})
 
 
-def _short(exc: object, limit: int = 300) -> str:
+def short_error(exc: object, limit: int = 300) -> str:
+    """An exception as one line, cut to `limit` characters (for logs and error messages)."""
     text = str(exc).replace("\n", " ")
     return text[:limit]

@@ -27,6 +27,7 @@ from memory.ingest.raw import TITLE_CHARS, RawMessage, embed_text, index_text, r
 from memory.ingest.settings import IngestSettings, IngestStats
 from memory.ingest.turn_prompt import MAX_KNOWN, BatchMates, Shown, TurnAnswer, TurnView, folded_decisions
 from memory.llm import LLM, charged_to
+from memory.llm_json import complete_json
 from memory.store.connection import Conn, Store
 from memory.store.rows import NewMemory, insert_memories, new_id, utc_naive
 from memory.store.vectors import vector_candidates
@@ -199,7 +200,7 @@ class TurnIngest:
             return plan, folded_decisions(new_facts)
         if not plan.existing:
             return plan, None  # no candidates: every fact is ADD, no LLM call
-        rec = await self.llm.complete_json(
+        rec = await complete_json(self.llm,
             prompts.RECONCILE_SYSTEM,
             prompts.RECONCILE_USER.format(existing=F.render_existing(plan.existing, self._clock()),
                                           new=F.render_new(new_facts)),
@@ -287,7 +288,7 @@ class TurnIngest:
         for space_id, _turn_id, ids, texts, created_at in rows:
             try:
                 with charged_to(space_id):
-                    answer = await self.llm.complete_json(
+                    answer = await complete_json(self.llm,
                         prompts.FACTS_ONLY_SYSTEM.format(date=f"{created_at:%Y-%m-%d}"),
                         "\n".join(f"{i}. {redact(t)}" for i, t in enumerate(texts, start=1)),
                         F.FactsAnswer, purpose="ingest")

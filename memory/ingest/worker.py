@@ -34,6 +34,7 @@ from memory.ingest.settings import IngestSettings, IngestStats
 from memory.ingest.turn_prompt import BatchAnswer, BatchMates, TurnAnswer, render_batch, render_turn, split_batch
 from memory.ingest.turns import Embedded, TurnIngest, TurnJob, vector_inputs
 from memory.llm import LLM, charged_to
+from memory.llm_json import complete_json
 from memory.store.connection import Store
 from memory.store.locks import LockSpace, lock_key
 from memory.store.rows import utc_naive
@@ -237,7 +238,7 @@ class IngestWorker:
         job = await self.turns.prepare(turn, gist)
         answer = TurnAnswer()
         if job.needs_call:
-            answer = await self.llm.complete_json(prompts.TURN_SYSTEM, render_turn(job.view, self._clock()),
+            answer = await complete_json(self.llm, prompts.TURN_SYSTEM, render_turn(job.view, self._clock()),
                                                   TurnAnswer, purpose="ingest")
         await self.turns.finish(job, answer)
 
@@ -265,11 +266,11 @@ class IngestWorker:
                 asked = [j for j in jobs if j.needs_call]
                 parts: list[TurnAnswer | None] = []
                 if len(asked) == 1:
-                    parts = [await self.llm.complete_json(prompts.TURN_SYSTEM, render_turn(asked[0].view, self._clock()),
+                    parts = [await complete_json(self.llm, prompts.TURN_SYSTEM, render_turn(asked[0].view, self._clock()),
                                                           TurnAnswer, purpose="ingest")]
                 elif asked:
                     system, user = render_batch([j.view for j in asked], self._clock())
-                    parts = split_batch(await self.llm.complete_json(system, user, BatchAnswer, purpose="ingest"),
+                    parts = split_batch(await complete_json(self.llm, system, user, BatchAnswer, purpose="ingest"),
                                         len(asked))
         except Exception as exc:  # the batch call failed as a whole: every turn on its own
             log.warning("batched ingest of %d turns failed (%s); ingesting them one by one", len(turns),

@@ -28,6 +28,7 @@ from pydantic import BaseModel, field_validator
 
 from memory.embed import Embedder
 from memory.llm import LLM
+from memory.llm_json import complete_json
 from memory.store.rows import NewMemory, insert_memories, new_id, utc_naive
 from memory.prompts import (
     TASK_BOUNDARY_RECHECK_SYSTEM,
@@ -288,7 +289,7 @@ class TaskProcessor:
 
     async def _ask(self, system: str, user: str) -> Verdict | None:
         try:
-            ans = await self.llm.complete_json(system, user, BoundaryAnswer, purpose="task_boundary",
+            ans = await complete_json(self.llm, system, user, BoundaryAnswer, purpose="task_boundary",
                                                max_tokens=self.settings.boundary_max_tokens)
         except Exception as exc:  # any failure means SAME: a wrong merge is cheaper than a lost task
             log.warning("task boundary judge failed (%s); keeping the current task", type(exc).__name__)
@@ -345,7 +346,7 @@ class TaskProcessor:
 
     async def _summarise(self, chunks: Sequence[ChunkInfo]) -> tuple[str, str]:
         language = user_language([c.text for c in chunks if c.role == "user"])
-        ans = await self.llm.complete_json(
+        ans = await complete_json(self.llm,
             TASK_SUMMARY_SYSTEM.format(language=LANGUAGE_HINT[language]),
             TASK_SUMMARY_USER.format(count=len(chunks), messages=format_chat(chunks, self.settings)),
             SummaryAnswer, purpose="task_summary", max_tokens=self.settings.summary_max_tokens)

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from memory.embed import Embedder
 from memory.llm import LLM
+from memory.llm_json import complete_json
 from memory.store.rows import new_id, utc_naive
 from memory.prompts import (
     SKILL_CREATE_SYSTEM,
@@ -154,7 +155,7 @@ class SkillEvolver(SkillLibrary):
             candidates = await self._related(space_id, f"{title or ''}\n{summary}")
             listing = "\n".join(f"{i}. {k.name}: {candidate_line(k, s.candidate_chars)}"
                                  for i, k in enumerate(candidates, 1)) or "(none)"
-            decision = await self.llm.complete_json(
+            decision = await complete_json(self.llm,
                 SKILL_DECIDE_SYSTEM, SKILL_DECIDE_USER.format(task=task_text, skills=listing), DecideAnswer,
                 purpose="skill_decide", max_tokens=s.decide_max_tokens)
             match = candidates[decision.match - 1] if decision.match and 0 < decision.match <= len(candidates) else None
@@ -177,7 +178,7 @@ class SkillEvolver(SkillLibrary):
         return outcome
 
     async def _upgrade(self, task_id: str, skill: SkillView, task_text: str, language: str) -> SkillOutcome:
-        ans = await self.llm.complete_json(
+        ans = await complete_json(self.llm,
             SKILL_UPGRADE_SYSTEM.format(language=language), SKILL_UPGRADE_USER.format(skill=skill.content, task=task_text),
             SkillAnswer, purpose="skill_write", max_tokens=self.settings.write_max_tokens)
         doc = _doc_from(ans, skill.name, skill.description)
@@ -203,7 +204,7 @@ class SkillEvolver(SkillLibrary):
         return SkillOutcome(task_id, "upgraded", skill.id, changelog)
 
     async def _create(self, task_id: str, space_id: str, title: str, task_text: str, language: str) -> SkillOutcome:
-        ans = await self.llm.complete_json(
+        ans = await complete_json(self.llm,
             SKILL_CREATE_SYSTEM.format(language=language), task_text, SkillAnswer,
             purpose="skill_write", max_tokens=self.settings.write_max_tokens)
         if not ans.steps:

@@ -11,7 +11,7 @@ from memory import prompts
 from memory.engine import MemoryEngine
 from memory.ingest.capture import CapturedTurn, TurnMessage
 from memory.ingest.settings import IngestSettings
-from memory.llm import REPAIR_ECHO_CHARS, complete_json
+from memory.llm_json import REPAIR_ECHO_CHARS, complete_json
 from tests.fakes import brain
 
 
