@@ -8,7 +8,6 @@ its import otherwise fetches the model cost map from the internet.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from memory.errors import LLMError, ModelSilent, ModelTurnedDown, ModelUnreachable
+from memory.llm_stream import TextSink, streamed
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,10 @@ class LLM(Protocol):
 
     async def complete(self, messages: Sequence[dict[str, Any]], *, purpose: str,
                        tools: Sequence[dict[str, Any]] | None = None, max_tokens: int | None = None,
-                       json_mode: bool = False) -> Completion: ...
+                       json_mode: bool = False, on_text: TextSink | None = None) -> Completion:
+        """One answer. `on_text`, where the call is streamed (`first_token_timeout`), gets the
+        answer's text so far as it is written (memory.llm_stream); a retry starts it over."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -132,8 +135,6 @@ class LLMSettings:
     # (a retry a second later meets the same outage); background work keeps its retries.
     retry_outages: bool = True
 
-
-STREAM_CHARS_PER_TOKEN = 16
 
 class LiteLLM:
     """The production LLM: litellm.acompletion with timeouts, retries and accounting."""
@@ -169,7 +170,8 @@ class LiteLLM:
             except Exception:  # accounting must never break a reply
                 log.warning("usage sink failed", exc_info=True)
 
-    async def complete(self, messages, *, purpose, tools=None, max_tokens=None, json_mode=False) -> Completion:
+    async def complete(self, messages, *, purpose, tools=None, max_tokens=None, json_mode=False,
+                       on_text=None) -> Completion:
         s = self.settings
         kwargs: dict[str, Any] = {
             "model": s.model,
@@ -194,7 +196,8 @@ class LiteLLM:
         for attempt in range(s.retries + 1):
             try:
                 if s.first_token_timeout is not None:
-                    resp = await self._streamed(lib, kwargs)
+                    resp = await streamed(lib, kwargs, first_wait=min(float(s.first_token_timeout), s.timeout),
+                                          piece_wait=s.timeout, max_tokens=int(kwargs["max_tokens"]), on_text=on_text)
                 else:
                     resp = await asyncio.wait_for(lib.acompletion(**kwargs), timeout=s.timeout + 5)
             except Exception as exc:  # litellm's exception types vary by provider
@@ -236,76 +239,6 @@ class LiteLLM:
                                    f"({type(last).__name__}: {short_error(last)})") from last
         raise LLMError(f"LLM call ({purpose}) failed: {type(last).__name__}: {short_error(last)}")
 
-    async def _streamed(self, lib, kwargs: dict[str, Any]):
-        """One streamed call, rebuilt into a whole response. The opening (connect, headers, first
-        chunk) must finish within `first_token_timeout`; after that each chunk within `timeout`."""
-        s = self.settings
-        kwargs = {**kwargs, "stream": True, "stream_options": {"include_usage": True}}
-        first_wait = min(float(s.first_token_timeout or s.timeout), s.timeout)  # never past the call's own timeout
-
-        async def opening():
-            stream = await lib.acompletion(**kwargs)
-            chunks = aiter(stream)
-            return stream, chunks, await anext(chunks)
-
-        try:
-            stream, chunks, first = await asyncio.wait_for(opening(), timeout=first_wait)
-        except TimeoutError:
-            raise ModelSilent(f"no first token within {first_wait:g} s", first_wait) from None
-        # A server that ignores max_tokens (a runaway, or a fake) is not read forever: past what
-        # max_tokens could hold even at a generous 16 characters a token, the answer is cut there.
-        budget = STREAM_CHARS_PER_TOKEN * int(kwargs.get("max_tokens") or s.max_tokens)
-        got, chars = [first], 0
-        while chars <= budget:
-            try:
-                chunk = await asyncio.wait_for(anext(chunks), timeout=s.timeout)
-            except StopAsyncIteration:
-                break
-            got.append(chunk)
-            delta = chunk.choices[0].delta if getattr(chunk, "choices", None) else None
-            chars += len(getattr(delta, "content", None) or "")
-        else:
-            log.warning("streamed answer cut at %d characters (max_tokens %s)", chars, kwargs.get("max_tokens"))
-            closing = getattr(stream, "aclose", None)
-            if closing is not None:
-                with contextlib.suppress(Exception):
-                    await closing()
-        resp = lib.stream_chunk_builder(got, messages=kwargs["messages"])
-        if resp is None or not getattr(resp, "choices", None):
-            raise LLMError("the streamed answer was empty")
-        return resp
-
-def retry_after_seconds(exc: BaseException) -> float | None:
-    """The wait a failed call's response asked for (Retry-After / retry-after-ms), in seconds.
-
-    litellm keeps the provider's response headers on its exceptions; Retry-After is seconds or
-    an HTTP date. None when the server said nothing usable.
-    """
-    for headers in (getattr(exc, "litellm_response_headers", None), getattr(getattr(exc, "response", None), "headers", None),
-                    getattr(exc, "headers", None)):
-        if not headers:
-            continue
-        try:
-            ms = headers.get("retry-after-ms")
-            if ms is not None:
-                return max(0.0, float(ms) / 1000)
-            value = headers.get("retry-after")
-        except (AttributeError, TypeError, ValueError):
-            continue
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            pass
-        try:
-            from email.utils import parsedate_to_datetime
-            from datetime import UTC, datetime
-
-            return max(0.0, (parsedate_to_datetime(str(value)) - datetime.now(UTC)).total_seconds())
-        except (TypeError, ValueError):
-            continue
-    return None
 
 
 def refused(exc: BaseException) -> bool:

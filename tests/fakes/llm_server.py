@@ -25,7 +25,7 @@ from typing import Any, Union
 
 from aiohttp import web
 
-__all__ = ["After", "Delay", "FakeError", "FakeLLM", "Script", "ToolCall", "fake_audio"]
+__all__ = ["After", "Delay", "FakeError", "FakeLLM", "Script", "Streamed", "ToolCall", "fake_audio"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,19 @@ class After:
     then: Script
 
 
-Script = Union[str, list[ToolCall], FakeError, Delay, After, Callable[[dict], "Script"]]
+@dataclass(frozen=True)
+class Streamed:
+    """Script item: an answer written slowly, piece by piece. A streamed request gets each piece
+    as a chunk of its own, after awaiting `hold(i)` before piece i (i >= 1; something the test
+    waits for, not a clock) or, without `hold`, after `every` seconds (benches, subprocess tests
+    that watch a reply grow). A request that is not streamed gets the whole text at the end."""
+
+    pieces: tuple[str, ...]
+    hold: Callable[[int], Awaitable[object]] | None = None
+    every: float = 0.0
+
+
+Script = Union[str, list[ToolCall], FakeError, Delay, After, Streamed, Callable[[dict], "Script"]]
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,7 @@ class _Answer:
 
     content: str | None
     tool_calls: tuple[dict, ...] = ()
+    slowly: Streamed | None = None  # the text is written piece by piece
 
 
 class FakeLLM:
@@ -206,6 +219,8 @@ class FakeLLM:
                 return item
             elif isinstance(item, str):
                 return _Answer(content=item)
+            elif isinstance(item, Streamed):
+                return _Answer(content="".join(item.pieces), slowly=item)
             elif isinstance(item, ToolCall):
                 item = [item]
             elif isinstance(item, list) and item and all(isinstance(c, ToolCall) for c in item):
@@ -229,8 +244,20 @@ class FakeLLM:
     ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        for chunk in _stream_chunks(model, answer):
-            await resp.write(_sse(chunk))
+        slowly = answer.slowly
+        if slowly is not None:
+            head = _envelope(model, "chat.completion.chunk")  # one id for the whole answer, like OpenAI
+            await resp.write(_sse(_chunk(head, {"role": "assistant", "content": ""})))
+            for i, piece in enumerate(slowly.pieces):
+                if i and slowly.hold is not None:
+                    await slowly.hold(i)
+                elif i and slowly.every:
+                    await asyncio.sleep(slowly.every)
+                await resp.write(_sse(_chunk(head, {"content": piece})))
+            await resp.write(_sse(_chunk(head, {}, "stop")))
+        else:
+            for chunk in _stream_chunks(model, answer):
+                await resp.write(_sse(chunk))
         if (body.get("stream_options") or {}).get("include_usage"):
             await resp.write(_sse({**_envelope(model, "chat.completion.chunk"), "choices": [], "usage": usage}))
         await resp.write(b"data: [DONE]\n\n")
@@ -388,6 +415,11 @@ def _stream_chunks(model: str, answer: _Answer) -> list[dict]:
             chunks.append(chunk({"content": piece}))
         chunks.append(chunk({}, "stop"))
     return chunks
+
+
+def _chunk(head: dict, delta: dict, finish: str | None = None) -> dict:
+    return {**head,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
 
 def _pieces(text: str, size: int) -> list[str]:
