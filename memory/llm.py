@@ -240,6 +240,38 @@ class LiteLLM:
         raise LLMError(f"LLM call ({purpose}) failed: {type(last).__name__}: {short_error(last)}")
 
 
+def retry_after_seconds(exc: BaseException) -> float | None:
+    """The wait a failed call's response asked for (Retry-After / retry-after-ms), in seconds.
+
+    litellm keeps the provider's response headers on its exceptions; Retry-After is seconds or
+    an HTTP date. None when the server said nothing usable.
+    """
+    for headers in (getattr(exc, "litellm_response_headers", None), getattr(getattr(exc, "response", None), "headers", None),
+                    getattr(exc, "headers", None)):
+        if not headers:
+            continue
+        try:
+            ms = headers.get("retry-after-ms")
+            if ms is not None:
+                return max(0.0, float(ms) / 1000)
+            value = headers.get("retry-after")
+        except (AttributeError, TypeError, ValueError):
+            continue
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            pass
+        try:
+            from email.utils import parsedate_to_datetime
+            from datetime import UTC, datetime
+
+            return max(0.0, (parsedate_to_datetime(str(value)) - datetime.now(UTC)).total_seconds())
+        except (TypeError, ValueError):
+            continue
+    return None
+
 
 def refused(exc: BaseException) -> bool:
     """The call found nothing at the address: connection refused, or a host name that does not
