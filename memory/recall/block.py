@@ -42,6 +42,9 @@ def humanize_age(created_at: datetime, now: datetime) -> str:
     return f"{int(days // 365)} years ago"
 
 
+# What auto-recall injects (engine.recall_block): skills come apart, at most `inject_skills`.
+BLOCK_KINDS = ("chunk", "fact", "task")
+
 _KIND_LABEL = {"fact": "fact", "chunk": "said", "task": "task", "skill": "skill"}
 
 
@@ -55,7 +58,18 @@ def render_block(hits: Sequence[MemoryHit], now: datetime, *, max_items: int = 6
     """The <memory-context> block injected before the user's message ('' when no hit fits).
 
     Hits whose space is in `shared_spaces` are labelled SHARED_LABEL instead of their kind."""
-    lines: list[str] = []
+    lines = [line for _, line in block_lines(hits, now, max_items=max_items, max_tokens=max_tokens, fold=fold,
+                                              shared_spaces=shared_spaces)]
+    if not lines:
+        return ""
+    return "\n".join([MEMORY_OPEN, MEMORY_BLOCK_HEADER, *lines, MEMORY_CLOSE])
+
+
+def block_lines(hits: Sequence[MemoryHit], now: datetime, *, max_items: int = 6, max_tokens: int = 800,
+                fold: float = 0.7, shared_spaces: Collection[str] = ()) -> list[tuple[MemoryHit, str]]:
+    """The hits that fit the block, each with its line: what the model is shown (the bench's
+    R@block counts evidence among these)."""
+    lines: list[tuple[MemoryHit, str]] = []
     budget = max_tokens - estimate_tokens(MEMORY_BLOCK_HEADER) - 8
     for h in fold_overlapping(hits, fold)[:max_items]:
         speaker = render_name(h.speaker) if h.kind == "chunk" else ""
@@ -74,11 +88,9 @@ def render_block(hits: Sequence[MemoryHit], now: datetime, *, max_items: int = 6
                 cost = budget
             else:
                 break
-        lines.append(line)
+        lines.append((h, line))
         budget -= cost
-    if not lines:
-        return ""
-    return "\n".join([MEMORY_OPEN, MEMORY_BLOCK_HEADER, *lines, MEMORY_CLOSE])
+    return lines
 
 
 def one_line(text: str) -> str:
