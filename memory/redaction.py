@@ -123,3 +123,29 @@ def redact(text: str, known: Sequence[str] = ()) -> str:
     for secret in sorted({k for k in known if len(k) >= _MIN_SCRUB}, key=len, reverse=True):
         text = re.sub(r"(?<![A-Za-z0-9_])" + re.escape(secret) + r"(?![A-Za-z0-9_])", "[REDACTED]", text)
     return text
+
+
+def redact_growing(text: str, known: Sequence[str] = ()) -> str:
+    """What of a text still being written (a streamed reply) may be shown now, redacted.
+
+    Shown text cannot be taken back, so nothing is shown that the finished text could still turn
+    into a secret: the last word (no whitespace after it yet: "sk-ab" may become a key), an
+    opening quote that a closing one would make a secret ('password is "blue horse ...': the line
+    waits), and the start of a `known` secret at the end ("blue horse" of "blue horse staple").
+    What is shown is `redact`ed like the finished text; it may redact more than the finished text
+    will (a value judged without the words after it), never less."""
+    end = max(text.rfind(" "), text.rfind("\n"), text.rfind("\t"), text.rfind("\u3000"))
+    stable = text[: end + 1]
+    shown = redact(stable, known)
+    for quote in ('"', "'"):
+        if redact(stable + quote, known) != shown + quote:
+            stable = stable[: stable.rfind("\n") + 1]   # the rest of this line waits for the quote to close
+            shown = redact(stable, known)
+            break
+    for secret in known:
+        for i in range(min(len(secret) - 1, len(stable)), 0, -1):
+            if stable.endswith(secret[:i]):
+                stable = stable[: len(stable) - i]
+                shown = redact(stable, known)
+                break
+    return shown.rstrip()
