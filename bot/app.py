@@ -153,6 +153,8 @@ class App:
         await self.engine.ensure_space(self.access.PUBLIC_SPACE, "public", "shared by everyone let in")
         await self.engine.worker.start()
         self._stack.push_async_callback(self._close_store)
+        # A forget's rewrite still waiting for its delay is left to the store's close (done there, at once).
+        self._stack.push_async_callback(self.engine.rewrites.stop)
         usage = self.extras.get("usage")
         if usage is not None:
             self._stack.push_async_callback(usage.aflush)

@@ -28,6 +28,7 @@ from memory.store.rows import (
 )
 from memory.recall.block import BLOCK_KINDS, render_block
 from memory.recall.search import MemoryHit, Recaller, RecallSettings
+from memory.store.compact import BackgroundRewrite, attach as attach_rewrites
 from memory.store.connection import Conn, Store
 from memory.redaction import redact
 from memory.text import content_hash, normalize, set_jieba_cache_dir, trim
@@ -50,6 +51,8 @@ class MemoryEngine:
         self.recaller = Recaller(store, embedder, recall_settings, clock=self.clock)
         self.worker = IngestWorker(store, embedder, llm, clock=self.clock, settings=ingest_settings, on_ingested=on_ingested)
         self.forget_hooks: list[ForgetHook] = []
+        attach_rewrites(store)                     # a rewrite a crash left undone is finished now
+        self.rewrites = BackgroundRewrite(store)  # a forget's text leaves the file a little later
 
     @property
     def recall_settings(self) -> RecallSettings:
@@ -169,7 +172,10 @@ class MemoryEngine:
         Pinned ones too: the person asked. The one path for /forget, the memory_forget tool and the CLI.
         """
         hooks = tuple(self.forget_hooks)
-        return await self.store.awrite(lambda con: forget_everywhere(con, ids, space_ids, self.clock(), hooks))
+        result = await self.store.awrite(lambda con: forget_everywhere(con, ids, space_ids, self.clock(), hooks))
+        if result.forgotten:
+            self.rewrites.soon()
+        return result
 
     def add_forget_hook(self, hook: ForgetHook) -> None:
         """Let a layer above scrub its own tables of forgotten text (in the forget's transaction)."""

@@ -10,7 +10,9 @@ What goes with a memory, so the text cannot come back through another door:
   message with the same text (an exact repeat that dedup folded into the forgotten chunk);
 - the keyword postings of every forgotten version, and a task's copy of its first message;
 - whatever the layers above keep (the bot's outbox): each registered `ForgetHook` is called
-  with the forgotten texts inside the same transaction. memory/ does not know those tables.
+  with the forgotten texts inside the same transaction. memory/ does not know those tables;
+- and the disk: DuckDB keeps old row versions in freed blocks, so the forget asks for a rewrite
+  of the file (memory/store/compact.py), which the engine runs in the background.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from memory.store.compact import request_rewrite
 from memory.store.connection import Conn
 from memory.store.keywords import drop_postings
 from memory.store.rows import bump_seq, utc_naive
@@ -111,5 +114,6 @@ def forget(con: Conn, ids: Sequence[str], space_ids: Sequence[str], now: datetim
                 [list(space_ids), texts])
     for hook in hooks:
         hook(con, texts, space_ids)
+    request_rewrite(con, sorted({r[2] for r in rows}))  # the freed blocks still hold the text
     also = tuple(i for i in every if i not in found)
     return ForgetResult(tuple(found), refused, also)

@@ -25,7 +25,7 @@ import duckdb
 
 from memory.errors import StoreError, StoreLockedError, StoreWriteError
 from memory.store.dialect import DUCKDB
-from memory.store.locks import LocalLocks
+from memory.store.locks import LocalLocks, ReaderGate
 from memory.private_files import tighten
 from memory.store.schema import MEMORY_MIGRATIONS, Migration
 
@@ -79,7 +79,31 @@ def _ddl_marker(path: Path) -> Path:
     return path.with_name(path.name + ".ddl-in-progress")
 
 
+@contextmanager
+def swap_guard(path: Path, *, exclusive: bool) -> Iterator[None]:
+    """Hold the data folder's advisory lock: shared while a process opens a database file in it,
+    exclusive while a rewrite swaps the file (compact.py). A process that opened the old file in
+    the moment between the swap's close and rename would write into a file that is no longer
+    the database; with the lock it waits the few milliseconds and opens the new one."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no other process is expected to open the file meanwhile
+        yield
+        return
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _open_recovering(path: Path) -> Conn:
+    with swap_guard(path, exclusive=False):
+        return _open_recovering_unguarded(path)
+
+
+def _open_recovering_unguarded(path: Path) -> Conn:
     """Open the file; if its WAL holds only an interrupted schema change, set that WAL aside.
 
     DuckDB 1.5.5 cannot replay an uncheckpointed ALTER TABLE on a table with a nextval()
@@ -151,9 +175,11 @@ class Store:
         self._lock = threading.RLock()
         self._queued: list[_Write] = []   # writes waiting for the writer (group commit, `write`)
         self._queued_lock = threading.Lock()
+        self._readers = ReaderGate()      # closed only while the file is swapped (compact.py)
         self._exclusive = False           # set while a group, schema change or migration runs
         self._closed = False
         self.locks = LocalLocks()
+        self._before_close: list[Callable[[], None]] = []
         self._migrate(tuple(MEMORY_MIGRATIONS) + tuple(extra_migrations))
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -161,12 +187,21 @@ class Store:
         with self._lock:
             if self._closed:
                 return
+            for fn in self._before_close:
+                try:
+                    fn()
+                except Exception:  # closing goes on: what a hook did not finish is redone at the next open
+                    log.warning("a step before closing the store failed", exc_info=True)
             self._closed = True
             try:
                 self._con.execute("CHECKPOINT")
             except duckdb.Error:
                 log.warning("checkpoint on close failed", exc_info=True)
             self._con.close()
+
+    def before_close(self, fn: Callable[[], None]) -> None:
+        """Run `fn` when the store is closed, before its last checkpoint (a pending rewrite)."""
+        self._before_close.append(fn)
 
     def __enter__(self) -> Store:
         return self
@@ -294,11 +329,47 @@ class Store:
 
     def read(self, fn: Callable[[Conn], T]) -> T:
         """Run `fn` on a fresh cursor (its own connection; sees committed data)."""
-        cur = self._con.cursor()
+        self._readers.enter()
         try:
-            return fn(cur)
+            cur = self._con.cursor()
+            try:
+                return fn(cur)
+            finally:
+                cur.close()
         finally:
-            cur.close()
+            self._readers.leave()
+
+    @contextmanager
+    def paused(self, timeout: float = 60.0) -> Iterator[Conn | None]:
+        """Hold off every write and read; yields the writer connection, or None when reads
+        still running after `timeout` s did not end (nothing was paused then)."""
+        with self._lock:
+            if not self._readers.close(timeout):
+                yield None
+                return
+            try:
+                yield self._con
+            finally:
+                self._readers.open()
+
+    def swap_file(self, fresh: Path) -> None:
+        """Inside `paused()`: make the complete, synced file `fresh` the database. The writer
+        connection is closed (checkpointed: no WAL is left), `fresh` renamed over the file and
+        opened; no other process can open the file in between (`swap_guard`)."""
+        with swap_guard(self.path, exclusive=True):
+            self._con.execute("CHECKPOINT")
+            self._con.close()
+            try:
+                os.replace(fresh, self.path)
+                dir_fd = os.open(self.path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)  # the rename is durable before anything is written to the new file
+                finally:
+                    os.close(dir_fd)
+            finally:
+                # The new file, or the old one when the rename failed: the store stays usable.
+                self._con = _open_recovering_unguarded(self.path)
+            tighten(self.path)
 
     async def awrite(self, fn: Callable[[Conn], T], *, serial: str | None = None) -> T:
         return await asyncio.to_thread(self.write, fn)

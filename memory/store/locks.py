@@ -57,3 +57,47 @@ class LocalLocks:
     def held(self, space: int) -> set[int]:
         with self._mutex:
             return {k for s, k in self._held if s == int(space)}
+
+
+class ReaderGate:
+    """Readers pass freely until `closed()` holds the gate: then new readers wait, and the
+    holder waits for the readers inside to leave (the DuckDB file is being swapped for its
+    rewritten copy, memory/store/compact.py). A thread already reading passes again (a read
+    inside a read would otherwise wait for a holder that waits for it)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._closed = False
+        self._mine = threading.local()
+
+    def enter(self) -> None:
+        depth = getattr(self._mine, "depth", 0)
+        with self._cond:
+            while self._closed and depth == 0:
+                self._cond.wait()
+            self._readers += 1
+        self._mine.depth = depth + 1
+
+    def leave(self) -> None:
+        self._mine.depth -= 1
+        with self._cond:
+            self._readers -= 1
+            if not self._readers:
+                self._cond.notify_all()
+
+    def close(self, timeout: float) -> bool:
+        """Stop new readers and wait up to `timeout` s for the others to leave; False (and the
+        gate open again) when they did not."""
+        with self._cond:
+            self._closed = True
+            if self._cond.wait_for(lambda: self._readers == 0, timeout):
+                return True
+            self._closed = False
+            self._cond.notify_all()
+            return False
+
+    def open(self) -> None:
+        with self._cond:
+            self._closed = False
+            self._cond.notify_all()

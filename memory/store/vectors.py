@@ -255,6 +255,25 @@ class VectorCache:
         with self._lock:
             self._reset(delete_files=True)
 
+    def refile(self, spaces: Sequence[str], *, drop: bool = False) -> None:
+        """Rewrite the files of `spaces` with their live rows only, or remove them (a space not
+        held, too small for a file, or `drop`: an erased space), so no forgotten row's vector
+        stays on disk. A removed file is rebuilt from the table at the space's next search."""
+        with self._lock:
+            for s in spaces:
+                sp = self._spaces.get(s)
+                if drop and sp is not None:
+                    self._spaces.pop(s).close()
+                    self._sizes.pop(s, None)
+                    sp = None
+                path = self._file(s)
+                if path is None:
+                    continue
+                if sp is not None and sp.live >= self.persist_min_rows:
+                    self._spaces[s] = self._save(s, sp)
+                else:
+                    path.unlink(missing_ok=True)
+
     def close(self) -> None:
         """Flush rows zeroed in the mapped files."""
         with self._lock:
