@@ -10,17 +10,20 @@ so they measure prompt size, not a real tokenizer.
 
 With --folded, each turn goes through capture and the real ingest worker instead of being stored
 directly: the ingest call (answered by the same rules) carries the boundary verdict, so the
-boundary column stays 0 and the run total shows the ingest calls instead.
+boundary column stays 0 and the run total shows the ingest calls instead. With --no-verdict too,
+the ingest call answers facts and titles but leaves the verdict out, as small models do (issue 33):
+the boundary column then shows what deciding without it costs.
 
 Prints LLM calls and tokens per closed task and per skill decision, then the SKILL.md versions
 the run produced.
 
-    python bench/task_cost.py [--folded]
+    python bench/task_cost.py [--folded [--no-verdict]]
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
@@ -217,22 +220,25 @@ def upgrade(user: str) -> dict:
 _ASKED = re.compile(r"^\[\d+\] user: (.*)$", re.M)
 
 
-def ingest_answer(turn_prompt: str) -> dict:
+def ingest_answer(turn_prompt: str, verdict: bool = True) -> dict:
     """The ingest call (--folded): titles and facts as tests/fakes/brain.py gives them, and the
-    task verdict from `judge` on what the prompt shows of the current task."""
+    task verdict from `judge` on what the prompt shows of the current task (unless `verdict` is
+    False: a model that leaves it out)."""
     answer = brain.turn_answer(turn_prompt)
-    if "CURRENT TASK" in turn_prompt:
+    if not verdict:
+        answer.pop("task", None)
+    elif "CURRENT TASK" in turn_prompt:
         gist = turn_prompt.split("CURRENT TASK", 1)[1].split("\n", 1)[1]
         said = "\n".join(f"user: {m}" for m in _ASKED.findall(turn_prompt))
         answer["task"] = judge(prompts.TASK_BOUNDARY_SYSTEM, f"CURRENT TASK\n{gist}\n\nNEW MESSAGE\n{said}")
     return answer
 
 
-def responder(body: dict) -> str:
+def responder(body: dict, verdict: bool = True) -> str:
     system, user = body["messages"][0]["content"], body["messages"][1]["content"]
     if system.startswith(prompts.TURN_SYSTEM[:40]):
-        answer = (brain.batch_answer(user, turn=ingest_answer) if system.endswith(prompts.TURN_BATCH_NOTE)
-                  else ingest_answer(user))
+        turn = functools.partial(ingest_answer, verdict=verdict)
+        answer = brain.batch_answer(user, turn=turn) if system.endswith(prompts.TURN_BATCH_NOTE) else turn(user)
     elif system.startswith(prompts.RECONCILE_SYSTEM[:40]):
         answer = brain.reconcile_answer(user)
     elif "split a chat into tasks" in system or "Look again" in system:
@@ -287,11 +293,11 @@ def store_turn(store: Store, embedder, user: str, answer: str, at: datetime, ses
     store.write(lambda c: insert_memories(c, rows, vectors))
 
 
-async def run(folded: bool = False) -> None:
+async def run(folded: bool = False, verdict: bool = True) -> None:
     clock = FakeClock(DAY1)
     embedder = LocalE5Embedder()
     with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "m.duckdb", embedder.dim) as store:
-        async with FakeLLM(responder=responder) as fake:
+        async with FakeLLM(responder=functools.partial(responder, verdict=verdict)) as fake:
             llm = LiteLLM(LLMSettings(model="openai/fake-model", api_base=fake.base_url, retries=0, timeout=30))
             proc = TaskProcessor(store, embedder, llm, clock=clock.now)
             engine = MemoryEngine(store, embedder, llm, clock=clock.now)
@@ -374,6 +380,12 @@ def report(rows, tasks: dict[str, TaskRow], decisions, llm: LiteLLM) -> None:
     print(f"per skill decision: {stotal.calls / max(1, len(decisions)):.1f} calls, "
           f"{stotal.tokens / max(1, len(decisions)):.0f} tokens")
     u = llm.usage
+    n = sum(len(e.turns) for e in EPISODES)
+    per_turn = ("ingest", "reconcile", "task_boundary")
+    calls = sum(u.calls.get(p, 0) for p in per_turn)
+    tokens = sum(u.prompt_tokens.get(p, 0) + u.completion_tokens.get(p, 0) for p in per_turn)
+    print(f"per turn ({n} turns; ingest, reconcile and boundary calls): {calls / n:.2f} calls, {tokens / n:.0f} tokens"
+          f" ({', '.join(f'{p} {u.calls.get(p, 0)}' for p in per_turn)})")
     print(f"run total: {u.total_calls()} LLM calls, {u.total_tokens()} tokens "
           f"({', '.join(f'{p} {n}' for p, n in sorted(u.calls.items()))})")
 
@@ -390,4 +402,4 @@ async def show_skills(evolver: SkillEvolver) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(run(folded="--folded" in sys.argv[1:]))
+    asyncio.run(run(folded="--folded" in sys.argv[1:], verdict="--no-verdict" not in sys.argv[1:]))

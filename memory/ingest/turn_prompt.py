@@ -64,8 +64,8 @@ class TurnAnswer(BaseModel):
     @field_validator("task", mode="before")
     @classmethod
     def _lenient_task(cls, v: Any) -> Any:
-        # A malformed verdict is no verdict (the task processor's own judge then decides); it
-        # must not cost the turn its titles and facts.
+        # A malformed verdict is no verdict (the task rules then decide: rules.MISSING_VERDICT);
+        # it must not cost the turn its titles and facts.
         try:
             return TaskVerdict.model_validate(v) if v is not None else None
         except ValidationError:

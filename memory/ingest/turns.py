@@ -32,7 +32,7 @@ from memory.store.connection import Conn, Store
 from memory.store.rows import NewMemory, insert_memories, new_id, utc_naive
 from memory.store.vectors import vector_candidates
 from memory.tasks.boundary import TaskGist, gist_for, next_gist, store_verdicts, wants_verdict
-from memory.tasks.rules import ChunkInfo, Turn
+from memory.tasks.rules import MISSING_VERDICT, ChunkInfo, Turn
 from memory.redaction import redact
 from memory.text import content_hash, normalize, trim
 
@@ -179,7 +179,9 @@ class TurnIngest:
             log.warning("turn %s: the memory LLM returned %d facts; kept %d", turn.turn_id, len(answer.facts), len(new_facts))
         shown = mates.shown_with(job.view.known, new_facts) if mates is not None else list(job.view.known)
         plan, decisions = await self._plan_facts(turn.space_id, new_facts, [[] for _ in new_facts], shown, embed)
-        verdict = answer.task.as_verdict() if job.ask_task and answer.task is not None else None
+        verdict = None
+        if job.ask_task:  # left out or malformed: the rules decide, no second call (rules.MISSING_VERDICT)
+            verdict = answer.task.as_verdict() if answer.task is not None else MISSING_VERDICT
         await self.store.awrite(lambda c: self._write(c, job, plan, decisions, verdict))
         if mates is not None and plan is not None:
             mates.record(k, answer.facts, plan)

@@ -10,8 +10,9 @@ This module holds what that needs and nothing else:
   crash between ingest and task assignment neither loses nor duplicates a verdict);
 - `fold_step`: a stored verdict -> a boundary Step, without the second-look call.
 
-A missing verdict (the turn went raw, the model left the field out) makes the task processor
-ask its own judge as before.
+A verdict the call left out (or gave malformed) is decided by the rules: SAME (rules.MISSING_VERDICT,
+stored like an answer), so a model that skips the field costs no second call per turn. Only a
+turn stored raw (its ingest call failed) has no verdict, and the task processor asks its own judge.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from memory.store.connection import Conn
-from memory.tasks.rules import OpenTask, Step, Turn, Verdict, boundary_step
+from memory.tasks.rules import MISSING_VERDICT, OpenTask, Step, Turn, Verdict, boundary_step
 from memory.redaction import redact
 from memory.text import trim
 
@@ -100,6 +101,8 @@ def render_gist(gist: TaskGist) -> str:
 def fold_step(verdict: Verdict, threshold: float) -> Step:
     """A stored verdict -> a Step. An unsure NEW stays SAME: on the scripted episodes the separate
     second look always turned it into SAME, and a wrong merge is cheaper than a split task."""
+    if verdict == MISSING_VERDICT:
+        return Step("same", "verdict_missing")
     if not verdict.new:
         return Step("same", "folded_same")
     if verdict.confidence >= threshold:

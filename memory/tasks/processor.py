@@ -202,7 +202,8 @@ class TaskProcessor:
         for turn in group_turns(chunks):
             step = boundary_step(task.rules_view() if task else None, turn, self.settings.idle_gap)
             if step.action == "ask" and task is not None:
-                # The ingest call's verdict when it gave one; the separate judge otherwise.
+                # The ingest call's verdict (the rules' SAME when it left it out); the separate
+                # judge only for a turn stored raw, whose ingest call failed.
                 folded = verdicts.get(turn.chunks[0].turn_id or "")
                 step = fold_step(folded, self.settings.second_look_below) if folded else await self._judge(task, turn)
             if step.action == "new":

@@ -11,7 +11,8 @@ Boundary of a turn against the open task, first match wins:
     turn has no user message                      -> same (turn_has_no_user_message), no LLM
     the turn's user lines are all trivial         -> same (turn_is_trivial), no LLM
     otherwise                                     -> ask the LLM; NEW below 0.65 gets a second look;
-                                                     an LLM failure means SAME
+                                                     an LLM failure, or an ingest call that left
+                                                     the verdict out, means SAME
 """
 
 from __future__ import annotations
@@ -150,6 +151,13 @@ class Verdict:
 
     new: bool
     confidence: float
+
+
+# The ingest call was asked for the verdict and left it out (small models answer the facts and
+# skip the rest) or gave one that is neither SAME nor NEW: the rules decide SAME, as for a failed
+# judge, rather than a second call for the turn (issue 33: 1,950 judge calls for 1,980 turns).
+# A wrong merge costs less than a split task; the idle gap and a session change still split.
+MISSING_VERDICT = Verdict(new=False, confidence=0.0)
 
 
 def resolve_verdict(first: Verdict | None, second: Verdict | None = None, *, threshold: float = 0.65) -> Step:

@@ -13,10 +13,13 @@ import json
 import unicodedata
 from datetime import timedelta
 
+import pytest
+
 from bench import task_cost
 from memory import prompts
 from memory.engine import MemoryEngine
 from memory.ingest.capture import CapturedTurn, TurnMessage
+from memory.ingest.settings import IngestSettings
 from memory.llm import LiteLLM, LLMSettings
 from memory.store.connection import Store
 from memory.tasks.processor import TaskProcessor
@@ -105,14 +108,18 @@ async def test_the_folded_verdict_in_batched_calls_gives_the_same_tasks(tmp_path
     assert "task_boundary" not in llm.usage.calls
 
 
-async def test_without_a_verdict_the_separate_judge_decides(tmp_path, embedder, clock, fake_llm):
-    """The model left the verdict out (or gave one that is neither SAME nor NEW): the turn keeps
-    its titles and facts, and `assign` asks its own judge, once."""
+@pytest.mark.parametrize("given", ["left out", "malformed"])
+async def test_without_a_verdict_the_rules_decide_and_no_second_call_is_made(tmp_path, embedder, clock, fake_llm, given):
+    """Issue 33: the model answered the facts and left the verdict out (or gave one that is neither
+    SAME nor NEW), and the task processor asked its own judge for every turn (2,130 memory calls
+    plus 1,950 judge calls for 1,980 turns). Now the rules decide SAME: one memory call per turn,
+    and the turn keeps its titles and facts."""
     def respond(req: dict) -> str:
         system, user = req["messages"][0]["content"], req["messages"][1]["content"]
         if system.startswith(prompts.TURN_SYSTEM[:40]):
             answer = brain.turn_answer(user)
-            if "CURRENT TASK" in user:
+            answer.pop("task", None)
+            if "CURRENT TASK" in user and given == "malformed":
                 answer["task"] = {"verdict": "MAYBE", "confidence": 2}
             return json.dumps(answer)
         if system.startswith(prompts.TASK_BOUNDARY_SYSTEM[:40]):
@@ -125,14 +132,50 @@ async def test_without_a_verdict_the_separate_judge_decides(tmp_path, embedder, 
         engine = MemoryEngine(store, embedder, llm, clock=clock.now)
         proc = TaskProcessor(store, embedder, llm, clock=clock.now)
         engine.worker.on_ingested, engine.worker.task_gap = proc.assign, proc.settings.idle_gap
+        texts = ["I back up my PostgreSQL database every night with pg_dump.",
+                 "We adopted a grey kitten on Saturday and named her Earl Grey.",
+                 "The kitten sleeps on my keyboard while the backup runs."]
+        for i, text in enumerate(texts):
+            await engine.capture(CapturedTurn(space_id="u:a", session_id="s", turn_id=f"t{i}", created_at=clock.now(),
+                                              messages=(TurnMessage("user", text), TurnMessage("assistant", "Sure."))))
+            await engine.worker.drain()
+            clock.advance(minutes=2)
+        asked = [r for r in fake_llm.requests if r["messages"][0]["content"].startswith(prompts.TURN_SYSTEM[:40])
+                 and "CURRENT TASK" in r["messages"][-1]["content"]]
+        assert len(asked) == 2  # the verdict was asked for the second and third turns
+        assert "task_boundary" not in llm.usage.calls
+        assert llm.usage.calls == {"ingest": 3}  # one memory call per turn
+        assert [len(m) for _, m in membership(store)] == [3]  # SAME: one task
+        left = store.read(lambda c: c.execute("SELECT count(*) FROM turn_boundaries").fetchone()[0])
+        assert left == 0
+        facts = store.read(lambda c: c.execute("SELECT count(*) FROM memories WHERE kind = 'fact'").fetchone()[0])
+        assert facts == 3  # the missing verdict cost the turns nothing else
+
+
+async def test_a_turn_stored_raw_is_still_judged_by_the_separate_call(tmp_path, embedder, clock, fake_llm):
+    """The judge stays the fallback for a turn whose ingest call failed (no answer at all)."""
+    def respond(req: dict) -> str:
+        system = req["messages"][0]["content"]
+        if system.startswith(prompts.TURN_SYSTEM[:40]):
+            return "no JSON here" if "kitten" in req["messages"][1]["content"] else json.dumps(
+                brain.turn_answer(req["messages"][1]["content"]))
+        if system.startswith(prompts.TASK_BOUNDARY_SYSTEM[:40]):
+            return json.dumps({"verdict": "NEW", "confidence": 0.9})
+        return task_cost.responder(req)
+
+    fake_llm.responder = respond
+    with Store(tmp_path / "m.duckdb", embedder.dim) as store:
+        llm = LiteLLM(LLMSettings(model="openai/fake-model", api_base=fake_llm.base_url, retries=0, timeout=30))
+        engine = MemoryEngine(store, embedder, llm, clock=clock.now,
+                              ingest_settings=IngestSettings(max_attempts=1))
+        proc = TaskProcessor(store, embedder, llm, clock=clock.now)
+        engine.worker.on_ingested, engine.worker.task_gap = proc.assign, proc.settings.idle_gap
         for i, text in enumerate(["I back up my PostgreSQL database every night with pg_dump.",
                                   "We adopted a grey kitten on Saturday and named her Earl Grey."]):
             await engine.capture(CapturedTurn(space_id="u:a", session_id="s", turn_id=f"t{i}", created_at=clock.now(),
                                               messages=(TurnMessage("user", text), TurnMessage("assistant", "Sure."))))
             await engine.worker.drain()
             clock.advance(minutes=2)
+        await proc.assign("u:a")  # a turn stored raw is assigned with the space's next turn or close
         assert llm.usage.calls.get("task_boundary") == 1
-        # The judge's NEW split them (the first task, too short, is skipped on closing).
-        assert [len(m) for _, m in membership(store)] == [1, 1]
-        facts = store.read(lambda c: c.execute("SELECT count(*) FROM memories WHERE kind = 'fact'").fetchone()[0])
-        assert facts == 2  # the malformed verdict cost the turn nothing else
+        assert [len(m) for _, m in membership(store)] == [1, 1]  # the judge's NEW split them
