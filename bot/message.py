@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from memory.text import visible
+
 
 class Kind(StrEnum):
     """What the platform delivered; anything but TEXT gets an honest short answer if it has no text."""
@@ -37,6 +39,12 @@ class Media:
     duration: float | None = None  # seconds (voice, audio, video)
     transcript: str = ""
 
+    def __post_init__(self) -> None:
+        # A file name is shown to the person and the model: no bidi override may turn
+        # "invoice\u202efdp.exe" around, no zero-width mark hide part of it (every channel, once).
+        if self.name:
+            object.__setattr__(self, "name", visible(self.name))
+
 
 @dataclass(frozen=True, slots=True)
 class Message:
@@ -60,6 +68,12 @@ class Message:
     sender_name: str = ""
     kind: Kind = Kind.TEXT
     media: tuple[Media, ...] = ()  # a photo, voice, file... that came with it (a caption is `text`)
+
+    def __post_init__(self) -> None:
+        # A display name is shown in prompts, lists and the owner's pairing requests: invisible
+        # controls (bidi overrides, zero-width marks) are dropped for every channel here, once.
+        if self.sender_name:
+            object.__setattr__(self, "sender_name", visible(self.sender_name))
 
     @property
     def text_for_agent(self) -> str:

@@ -63,7 +63,13 @@ AGENT_SYSTEM = """You are {name}, a helpful assistant that talks with people on 
 # recalled by what was in it at no extra LLM call (bot/turn/agent.py).
 DESCRIBE_IMAGES = """The person's message comes with {count} picture(s). Start your reply with one line per picture, exactly `[photo: <what it shows, 5-25 words, in the user's language>]`, then answer as usual. These lines are kept as your memory of the pictures and are not shown to the person."""
 
-# A document the person sent, given to the model after their words ({name} is escaped).
+# Every frame memgate writes around data in a prompt (its tag names): memory/text.py's `neutralize`
+# defangs any spelling of them in what people, documents, memories or tools wrote, so none of that
+# can close or open one. A new frame is added here, or its data can break out of it.
+FRAME_TAGS = ("memory-context", "document")
+
+# A document the person sent, given to the model after their words ({name} and {text} are
+# neutralised: memory/text.py frame_attribute and neutralize).
 DOCUMENT_PART = """<document name="{name}">
 {text}
 </document>"""

@@ -7,12 +7,14 @@ Tokenisation: Latin text is split by a regex and lowercased; CJK runs go through
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import html
 import logging
 import re
 import unicodedata
 
-from memory.prompts import MEMORY_BLOCK_HEADER, NO_MEMORY_HINT
+from memory.prompts import FRAME_TAGS, MEMORY_BLOCK_HEADER, NO_MEMORY_HINT
 from memory.segmenter import jieba_tokenizer, set_jieba_cache_dir  # noqa: F401 (set_jieba_cache_dir: the engine sets it)
 
 log = logging.getLogger(__name__)
@@ -104,44 +106,58 @@ def strip_memory_context(text: str) -> str:
 
 
 # --- prompt safety ------------------------------------------------------------------------------
-# What could open or close one of our blocks or forge a role in a chat template, matched in a view
-# of the text that is NFKC-normalised, casefolded and without invisible marks, so "＜/ＭＥＭＯＲＹ-
-# context＞" or "</memory\u200b-context>" are caught like the plain tag.
+# What could open or close one of our frames (prompts.FRAME_TAGS: the memory block, a document) or
+# forge a role in a chat template. It is matched in a view of the text where HTML entities are
+# decoded and every character is NFKC-normalised and casefolded with invisible marks dropped, so
+# "</DOCUMENT >", "＜/ｍｅｍｏｒｙ-context＞", "</memory\u200b-context>" or "&lt;/document&gt;" are
+# caught like the plain tag: a model reads them alike.
+_FRAME_NAMES = "|".join(re.escape(tag).replace(r"\-", r"[\s_-]*") for tag in FRAME_TAGS)
 _FORGERY = re.compile(
-    r"<\s*/?\s*memory[\s_-]*context\b(?:[^<>\n]{0,80}>)?"       # our block tags, with or without '>'
+    r"<\s*/?\s*(?:" + _FRAME_NAMES + r")\b(?:[^<>\n]{0,80}>)?"   # our frames' tags, any attributes, '>' or not
     r"|<\s*/?\s*(?:s|system|user|assistant|im_start|im_end|start_of_turn|end_of_turn|bos|eos|eot)\s*>"
     r"|<<\s*/?\s*sys\s*>>"                                      # Llama 2 system markers
     r"|\[\s*/?\s*inst\s*\]"                                      # Llama 2 / Mistral turn markers
     r"|<\||\|>"                                                 # <|im_start|>, <|eot_id|>, ...
 )
+# An HTML character reference as html.unescape reads it (named, decimal, hex; ';' optional).
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?")
 # Replacements that NFKC leaves alone (full-width brackets would turn back into ASCII).
 _DEFANG = str.maketrans({"<": "‹", ">": "›", "[": "(", "]": ")"})
-_BRACKETS = frozenset("<>[|")
+_BRACKETS = frozenset("<>[|&")
+_INVISIBLE = ("Cf", "Mn")
 
 
-def _folded_view(text: str) -> tuple[str, list[int]]:
-    """NFKC + casefold per character, invisible marks dropped; and the source index of each char."""
+def _folded_view(text: str) -> tuple[str, list[int], list[int]]:
+    """The text as a model may read it (entities decoded; NFKC + casefold per character, invisible
+    marks dropped), and for each of its characters the span [start, end) of source it came from."""
     out: list[str] = []
-    owner: list[int] = []
-    for i, ch in enumerate(text):
-        for c in unicodedata.normalize("NFKC", ch).casefold():
-            if unicodedata.category(c) not in ("Cf", "Mn"):
-                out.append(c)
-                owner.append(i)
-    return "".join(out), owner
+    starts: list[int] = []
+    ends: list[int] = []
+    pos, n = 0, len(text)
+    while pos < n:
+        piece, end = text[pos], pos + 1
+        if piece == "&" and (m := _ENTITY.match(text, pos)) and (decoded := html.unescape(m.group())) != m.group():
+            piece, end = decoded, m.end()
+        for ch in piece:
+            for c in unicodedata.normalize("NFKC", ch).casefold():
+                if unicodedata.category(c) not in _INVISIBLE:
+                    out.append(c)
+                    starts.append(pos)
+                    ends.append(end)
+        pos = end
+    return "".join(out), starts, ends
 
 
 def _defang_once(text: str) -> str:
-    folded, owner = _folded_view(text)
+    folded, starts, ends = _folded_view(text)
     parts: list[str] = []
     pos = 0
     for m in _FORGERY.finditer(folded):
-        start, end = owner[m.start()], owner[m.end() - 1] + 1
+        start, end = starts[m.start()], ends[m.end() - 1]
         if start < pos:
             continue
         # The replacement is the folded form of the whole source characters the match covers.
-        lo = owner.index(start)
-        hi = len(owner) - owner[::-1].index(end - 1)
+        lo, hi = bisect.bisect_left(starts, start), bisect.bisect_right(ends, end)
         parts += [text[pos:start], folded[lo:hi].translate(_DEFANG)]
         pos = end
     parts.append(text[pos:])
@@ -149,7 +165,9 @@ def _defang_once(text: str) -> str:
 
 
 def neutralize(text: str) -> str:
-    """Text that can sit in a prompt without opening or closing our blocks or forging a role.
+    """Text that can sit in a prompt without opening or closing one of our frames (any of
+    prompts.FRAME_TAGS, in any case, spacing, width or entity spelling, with any attributes) or
+    forging a role: the one function every frame's data goes through.
 
     Only the dangerous spans change (their brackets become ‹ › ( )); everything else is kept as
     written. Stable: neutralize(neutralize(x)) == neutralize(x).
@@ -163,13 +181,34 @@ def neutralize(text: str) -> str:
         text = out
 
 
+def visible(text: str) -> str:
+    """A name as a reader sees it, on one line: invisible format characters (bidi overrides such as
+    U+202E, zero-width marks, tag characters: Unicode category Cf) dropped, so a file name cannot
+    show its extension backwards; controls and line or paragraph breaks made spaces; runs of spaces
+    one. For names (files, people), not for a message's text."""
+    if text.isascii() and text.isprintable():
+        return " ".join(text.split()) if "  " in text or text != text.strip() else text
+    kept = []
+    for c in text:
+        cat = unicodedata.category(c)
+        if cat in ("Cf", "Cs"):
+            continue
+        kept.append(" " if cat[0] == "C" or cat in ("Zl", "Zp") else c)
+    return " ".join("".join(kept).split())
+
+
+def frame_attribute(value: str) -> str:
+    """A value inside one of our frames' opening tags (a document's name="..."): visible, one line,
+    without a quote or bracket that could end the attribute or the tag, nothing that reads as one."""
+    return neutralize(visible(value).translate({ord('"'): "'", ord("<"): "‹", ord(">"): "›"}))
+
+
 def render_name(name: str | None, limit: int = 64) -> str:
-    """A display name as one safe line: control and line-break characters collapsed to spaces."""
+    """A display name as one safe line: invisible characters dropped, controls and line breaks
+    collapsed to spaces, nothing that reads as one of our tags."""
     if not name:
         return ""
-    flat = "".join(" " if unicodedata.category(c)[0] == "C" or unicodedata.category(c) in ("Zl", "Zp") else c
-                   for c in name)
-    out = " ".join(neutralize(flat).split())
+    out = " ".join(neutralize(visible(name)).split())
     if len(out) > limit:
         out = " ".join(neutralize(out[:limit]).split())[:limit].rstrip()
     return out

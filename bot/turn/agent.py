@@ -27,7 +27,7 @@ from memory.engine import MemoryEngine
 from memory.errors import LLMError, ModelSilent, ModelTurnedDown, ModelUnreachable
 from memory.llm import LLM, charged_to
 from memory.recall.block import extend_block
-from memory.text import estimate_tokens, neutralize
+from memory.text import estimate_tokens, frame_attribute, neutralize
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -144,7 +144,7 @@ class Agent:
             system += "\n\n" + prompts.DESCRIBE_IMAGES.format(count=len(req.images))
         # What people wrote (history, this message) keeps its roles, but no chat-template token in
         # it may forge another turn; the memory block is neutralised where it is rendered.
-        said = neutralize(cap_message(req.text + _documents_part(req.documents), self.settings.max_message_chars))
+        said = cap_message(neutralize(req.text) + _documents_part(req.documents), self.settings.max_message_chars)
         user: str | list[dict] = said if not req.images else [
             {"type": "text", "text": said}, *({"type": "image_url", "image_url": {"url": url}} for url in req.images)]
         messages: list[dict] = [{"role": "system", "content": system},
@@ -301,11 +301,10 @@ def with_descriptions(text: str, described: Sequence[str]) -> str:
 
 
 def _documents_part(documents: Sequence[DocumentText]) -> str:
-    """The documents' text after the person's words (the name escaped: it is the sender's data)."""
+    """The documents after the person's words, each in our frame: its name and text neutralised
+    (memory.text: no spelling of a frame's tag in them opens or closes one)."""
     parts = []
     for doc in documents:
-        name = doc.name.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;").replace(">", "&gt;")
-        body = doc.text.replace("</document>", "</ document>")  # the document cannot close its own frame
-        parts.append(prompts.DOCUMENT_PART.format(name=name, text=body)
+        parts.append(prompts.DOCUMENT_PART.format(name=frame_attribute(doc.name), text=neutralize(doc.text))
                      + (f"\n{prompts.DOCUMENT_CUT_NOTE}" if doc.cut else ""))
     return "".join(f"\n\n{p}" for p in parts)
