@@ -101,6 +101,10 @@ class ConsoleAdapter:
         """Receiving: the reader still reads (Ctrl-D or a closed stdin ends it)."""
         return self._task is not None and not self._task.done()
 
+    def reader_chat(self, recipient_id: str, chat_id: str) -> str | None:
+        """This terminal's chat while it is open and it is the person's (bot.channel.KnowsReaders)."""
+        return self.user if recipient_id == self.user and self.is_up() else None
+
     async def start(self, inbound: InboundHandler) -> None:
         self._inbound = inbound
         loop = self._prompt_loop() if self._tty else self._read_loop()

@@ -33,6 +33,7 @@ from bot.turn.approvals import register_commands as register_approval_commands
 from bot.turn.commands import Commands
 from bot.turn.gateway import Gateway, GatewaySettings
 from bot.turn.sessions import SESSION_MIGRATIONS, Sessions
+from bot.turn.reminder_wiring import wire_reminders
 from bot.turn.task_wiring import TaskHost, wire_tasks
 from bot.turn.tools import ToolBox
 from bot.usage import USAGE_MIGRATIONS, UsageRecorder
@@ -81,12 +82,14 @@ def open_store(settings: Settings, extra: Sequence = ()) -> Store:
     raises StoreLockedError)."""
     from bot.api.jobs import JOB_MIGRATIONS
     from bot.access.api_keys import KEY_MIGRATIONS
+    from bot.reminders.store import REMINDER_MIGRATIONS
     from bot.scheduler import SCHEDULER_MIGRATIONS
 
     private_dir(settings.data_path)
     dim = settings.embedding.dim
     migrations = (*ACCESS_MIGRATIONS, *LINKING_MIGRATIONS, *SESSION_MIGRATIONS, *SCHEDULER_MIGRATIONS, *KEY_MIGRATIONS,
-                  *USAGE_MIGRATIONS, *INBOX_MIGRATIONS, *OUTBOX_MIGRATIONS, *JOB_MIGRATIONS, *extra)
+                  *USAGE_MIGRATIONS, *INBOX_MIGRATIONS, *OUTBOX_MIGRATIONS, *JOB_MIGRATIONS,
+                  *REMINDER_MIGRATIONS, *extra)
     return open_backend(settings.store_url, dim, extra_migrations=migrations, password=settings.secret("store_password"))
 
 
@@ -165,6 +168,10 @@ class App:
             self._stack.push_async_callback(scheduler.stop)
         await self.gateway.start()
         self._stack.push_async_callback(self.gateway.stop)
+        reminders = self.extras.get("reminder_delivery")
+        if reminders is not None:  # after the channels: a reminder missed while down goes out now
+            await reminders.start()
+            self._stack.push_async_callback(reminders.stop)
         api = self.extras.get("api")
         if api is not None:
             # Last in, first out: the API stops before the channels and the database go away.
@@ -264,6 +271,8 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                       observer=observers, media=media_reader(settings, llm.settings.model) if llm is not None else None)
     # A forget reaches the replies still waiting in the outbox (memory/ does not know that table).
     engine.add_forget_hook(Outbox.scrub_forgotten)
+    # Before the menus: /remind is on them. Started in App.__aenter__, after the channels.
+    extras.update(wire_reminders(settings.reminders, store, clock, gateway, commands, tools))
     for ch in channels:
         gateway.add_channel(ch)
         # A channel in trouble (a lost login, replies refused) tells the owner, on another channel if need be.

@@ -134,3 +134,21 @@ class FetchesMedia(Protocol):
 
     async def fetch_media(self, media: Media, *, max_bytes: int, timeout: float) -> bytes:
         ...
+
+
+@runtime_checkable
+class KnowsReaders(Protocol):
+    """A channel that knows whether anyone reads a person's messages right now (a terminal is read
+    only while it is open). Something sent to nobody would be lost, so a reminder waits until
+    `reader_chat` names the chat the person reads now (None: nobody reads it now)."""
+
+    def reader_chat(self, recipient_id: str, chat_id: str) -> str | None:
+        ...
+
+
+@runtime_checkable
+class LimitsReplies(Protocol):
+    """A channel that may write to a person only within some hours of their last message (a WeChat
+    Official Account's customer-service window: 48 hours). A reminder set for later is told so."""
+
+    reply_window_hours: float

@@ -188,6 +188,36 @@ class SchedulerConfig(_Section):
     retry_ingest_minutes: float = Field(5.0, gt=0, le=10_080)
 
 
+class RemindersConfig(_Section):
+    """Reminders and follow-ups (bot/reminders/)."""
+
+    timezone: str = "UTC"               # the zone of people who have not set theirs with /timezone (IANA name)
+    poll_seconds: float = Field(15.0, gt=0, le=3600)  # the longest wait between two looks for due reminders
+    late_after_seconds: float = Field(60.0, ge=1, le=86_400)  # a reminder sent later than this says it is late
+    quiet_hours: str = "22:00-08:00"    # follow-up questions are never asked in these local hours
+    followup_days: float = Field(3.0, gt=0, le=30)  # a plan or event is asked about up to this many days after it
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        from zoneinfo import ZoneInfo
+
+        try:
+            ZoneInfo(v.strip())
+        except (ValueError, OSError, KeyError):
+            raise ValueError(f"reminders.timezone: no time zone named {v!r} (use an IANA name such as Asia/Shanghai)") from None
+        return v.strip()
+
+    @field_validator("quiet_hours")
+    @classmethod
+    def _quiet(cls, v: str) -> str:
+        import re
+
+        if not re.fullmatch(r"([01]?\d|2[0-3]):[0-5]\d-([01]?\d|2[0-3]):[0-5]\d", v.strip()):
+            raise ValueError(f"reminders.quiet_hours must look like 22:00-08:00, not {v!r}")
+        return v.strip()
+
+
 class ApiConfig(_Section):
     enabled: bool = True                # `memgate run` serves the HTTP API (chat: with --api)
     host: str = "127.0.0.1"             # loopback only by default: put a TLS proxy in front to expose it
@@ -262,6 +292,7 @@ class Settings(_Section):
     api: ApiConfig = ApiConfig()
     store: StoreConfig = StoreConfig()
     delivery: DeliveryConfig = DeliveryConfig()
+    reminders: RemindersConfig = RemindersConfig()
     # Secrets, from the environment only (never from the file, never logged).
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
 

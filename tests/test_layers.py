@@ -25,6 +25,7 @@ BOT_ORDER: tuple[tuple[str, ...], ...] = (
     ("bot.settings", "bot.config", "bot.environment", "bot.logs", "bot.usage", "bot.job_views", "bot.scheduler", "bot.model_servers"),  # shared by all
     ("bot.access",),      # who may talk, and which spaces they reach
     ("bot.delivery",),    # inbox, outbox, cluster ownership
+    ("bot.reminders",),   # reminders: the WHEN parser, their store, their delivery through the outbox
     ("bot.media",),       # attachments read for the turn: transcripts, image parts, document text
     ("bot.turn",),        # gateway, queues, agent, tools, sessions, commands, views
     ("bot.operator",),    # the operator's work; its line to a running gateway is the admin API client

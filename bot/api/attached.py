@@ -92,6 +92,14 @@ class AttachedTerminals:
                 listener.put({"type": "closing"})
                 listener.put(None)
 
+    def reader_chat(self, recipient_id: str, chat_id: str) -> str | None:
+        """Where the person reads now: their attached terminals, else the gateway's own terminal
+        when it is theirs; None when nobody reads (bot.channel.KnowsReaders)."""
+        if self._listeners.get(attached_chat(recipient_id)):
+            return attached_chat(recipient_id)
+        reader = getattr(self.local, "reader_chat", None)
+        return reader(recipient_id, chat_id) if reader is not None else None
+
     def is_up(self) -> bool:
         return self.local.is_up() if isinstance(self.local, ReportsHealth) else True
 

@@ -181,23 +181,28 @@ class Outbox:
         `known_secrets` are the secrets found in the message it answers: an echo of them is
         redacted too, even where no pattern would recognise it.
         """
-        parts = self.split(redact_reply(reply, known_secrets))
-        now = utc_naive(self.clock())
-        reply_id = uuid.uuid4().hex
-
         def write(con: Conn) -> bool:
             if inbox_seq is not None and not Inbox.claim_reply(con, inbox_seq):
                 return False
-            first = con.execute("SELECT coalesce(max(seq), 0) + 1 FROM outbox").fetchone()[0]
-            con.executemany(
-                "INSERT INTO outbox (seq, reply_id, inbox_seq, conversation_key, channel, part, parts, reply, status, "
-                "next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
-                [[first + i, reply_id, inbox_seq, conversation_key, reply.channel, i, len(parts), reply_to_json(p), now, now]
-                 for i, p in enumerate(parts)])
-            self.cluster.own_if_free(con, conversation_key, reply.channel)
+            self.put_in(con, conversation_key, reply, inbox_seq, known_secrets)
             return True
 
         return self.store.write(write, serial=OUTBOX_WRITES)
+
+    def put_in(self, con: Conn, conversation_key: str, reply: Reply, inbox_seq: int | None = None,
+               known_secrets: Sequence[str] = ()) -> None:
+        """Queue a reply inside the caller's write (of serial OUTBOX_WRITES): what made it due (a
+        reminder claimed) commits with it or not at all, so it is queued exactly once."""
+        parts = self.split(redact_reply(reply, known_secrets))
+        now = utc_naive(self.clock())
+        reply_id = uuid.uuid4().hex
+        first = con.execute("SELECT coalesce(max(seq), 0) + 1 FROM outbox").fetchone()[0]
+        con.executemany(
+            "INSERT INTO outbox (seq, reply_id, inbox_seq, conversation_key, channel, part, parts, reply, status, "
+            "next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+            [[first + i, reply_id, inbox_seq, conversation_key, reply.channel, i, len(parts), reply_to_json(p), now, now]
+             for i, p in enumerate(parts)])
+        self.cluster.own_if_free(con, conversation_key, reply.channel)
 
     async def aput(self, conversation_key: str, reply: Reply, inbox_seq: int | None,
                    known_secrets: Sequence[str] = ()) -> bool:

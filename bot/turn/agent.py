@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from bot.media.reader import DocumentText
+from bot.reminders.views import local_now
 from bot.turn.approvals import Approvals, PendingWrite
 from bot.turn.limits import RECALL_QUERY_CHARS, cap_message, cap_reply
 from bot.observe import NoObserver, TurnObserver
@@ -114,6 +115,8 @@ class Agent:
         self.tools = tools
         self.settings = settings or AgentSettings()
         self.clock = clock
+        # Set by bot.turn.reminder_wiring: the zone of the turn's space, for the prompt's time line.
+        self.local_zone: Callable[[ToolContext], Awaitable[str]] | None = None
 
     async def run(self, req: TurnRequest) -> TurnResult:
         """One turn: recall, the LLM (with tools), capture. Its LLM calls count for the turn's space."""
@@ -135,8 +138,9 @@ class Agent:
         # Inside charged_to: a listener that records per space knows whose turn this was.
         self.observer.on_recall(t_recall - t0, estimate_tokens(block) if block else 0)
         now = self.clock()
-        system = prompts.AGENT_SYSTEM.format(name=self.settings.name, channel=req.channel,
-                                             now=f"{now:%Y-%m-%d %H:%M %Z}".strip())
+        # The person's local time and zone, when reminders know it: "tomorrow at 9" is theirs.
+        shown = local_now(now, await self.local_zone(req.ctx)) if self.local_zone else f"{now:%Y-%m-%d %H:%M %Z}".strip()
+        system = prompts.AGENT_SYSTEM.format(name=self.settings.name, channel=req.channel, now=shown)
         if self.settings.extra_system:
             system += "\n\n" + self.settings.extra_system
         system += "\n\n" + (block or prompts.NO_MEMORY_HINT)

@@ -357,7 +357,7 @@ class Gateway:
         ctx = ToolContext(space_ids=allowed.space_ids, write_space=allowed.write_space,
                           public_space=self.settings.public_space, may_write_public=allowed.may_write_public,
                           kept_spaces=allowed.kept_spaces, private_chat=not msg.is_group,
-                          speaker=allowed.identity.key, conversation=msg.conversation_key)
+                          speaker=allowed.identity.key, conversation=msg.conversation_key, origin=msg)
         if text.startswith("/") and not reads_media:  # a caption or a transcript is never a command
             out = await self.commands.handle(CommandContext(msg=msg, allowed=allowed, tools=ctx, gateway=self))
             if out is not None:

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bot.message import Message
 from memory.engine import MemoryEngine
 from memory.store.rows import MemoryRecord
 from memory.recall.search import MemoryHit
@@ -35,6 +36,7 @@ class ToolContext:
     private_chat: bool = False            # the speaker's own direct message (not a group)
     speaker: str = ""                     # their identity key ("telegram:123")
     conversation: str = ""                # the chat's conversation key
+    origin: Message | None = None         # the message being answered (where a reminder set now goes)
     # Set by the agent for a turn that may propose writes beyond the speaker's space (bot.approvals):
     # propose(what, run) files one for the speaker to confirm and returns its code.
     propose: Callable[[str, Callable[[], Awaitable[str]]], str] | None = None

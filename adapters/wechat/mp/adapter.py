@@ -97,6 +97,10 @@ class WechatMpStats:
 class WechatMpAdapter:
     """The Official Account callback channel (implements bot.channel.Channel)."""
 
+    # WeChat takes a customer-service message only within 48 hours of the person's last one
+    # (error 45015 after): a reminder set for later is told it may not arrive (bot.channel.LimitsReplies).
+    reply_window_hours: float = 48.0
+
     def __init__(
         self,
         *,
