@@ -20,6 +20,7 @@ from bot.media.reader import DocumentText
 from bot.reminders.views import local_now
 from bot.turn.approvals import Approvals, PendingWrite
 from bot.turn.limits import RECALL_QUERY_CHARS, cap_message, cap_reply
+from bot.turn.sessions import alternating
 from bot.observe import NoObserver, TurnObserver
 from bot.turn.tools import ToolBox, ToolContext
 from memory import prompts
@@ -148,11 +149,14 @@ class Agent:
             system += "\n\n" + prompts.DESCRIBE_IMAGES.format(count=len(req.images))
         # What people wrote (history, this message) keeps its roles, but no chat-template token in
         # it may forge another turn; the memory block is neutralised where it is rendered.
-        said = cap_message(neutralize(req.text) + _documents_part(req.documents), self.settings.max_message_chars)
+        # Roles alternate as chat templates require: a failed turn's words, kept in the history
+        # without an answer, join this message instead of standing as a user message of their own.
+        history, text = alternating(req.history, req.text)
+        said = cap_message(neutralize(text) + _documents_part(req.documents), self.settings.max_message_chars)
         user: str | list[dict] = said if not req.images else [
             {"type": "text", "text": said}, *({"type": "image_url", "image_url": {"url": url}} for url in req.images)]
         messages: list[dict] = [{"role": "system", "content": system},
-                                *({**m, "content": neutralize(m["content"])} for m in req.history),
+                                *({**m, "content": neutralize(m["content"])} for m in history),
                                 {"role": "user", "content": user}]
         t_prompt = time.perf_counter()
         calls_before = self.llm.usage.total_calls()

@@ -2,12 +2,13 @@
 
 The recent turns of a session come from the ingest queue, which holds every captured turn
 already cleaned (no memory block, no memory-tool results), so history needs no second copy.
+`alternating` shapes them as chat templates require: roles alternate, user first.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -85,3 +86,32 @@ class Sessions:
             budget -= cost
             out[:0] = [{"role": m["role"], "content": m["text"]} for m in msgs]
         return out
+
+
+def alternating(history: Sequence[dict], text: str) -> tuple[list[dict], str]:
+    """The history as chat templates take it, and the words to send now.
+
+    A failed or cancelled turn is captured with the person's words only (nothing they said is
+    lost), so the history can hold user messages in a row, often the same one retried (issue 30:
+    three identical user messages, which templates that insist on alternating roles reject).
+    Messages in a row of one role become one message, a repeat said once; the history starts
+    with the person (an assistant message before their first is dropped: templates want user
+    first) and ends with an answer; what they said that got no answer goes before `text`, unless
+    it is `text` again.
+    """
+    merged: list[tuple[str, list[str]]] = []
+    for m in history:
+        said = m["content"].strip()
+        if not said:
+            continue
+        if merged and merged[-1][0] == m["role"]:
+            if said not in merged[-1][1]:
+                merged[-1][1].append(said)
+        else:
+            merged.append((m["role"], [said]))
+    if merged and merged[0][0] == "assistant":
+        merged.pop(0)
+    if merged and merged[-1][0] == "user":
+        _, unanswered = merged.pop()
+        text = "\n\n".join([*(t for t in unanswered if t != text.strip()), *([text] if text.strip() else [])])
+    return [{"role": role, "content": "\n\n".join(parts)} for role, parts in merged], text
