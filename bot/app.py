@@ -353,7 +353,7 @@ def _wire_api(app: App, embedder: Embedder) -> None:
                    job_statuses=scheduler.status if scheduler is not None else list,
                    flush_usage=app.extras["usage"].aflush, chats=chats, key_chats=key_chats,
                    bot_name=app.settings.agent.name, cancel=app.gateway.cancel_turn,
-                   commands=tuple(c.name for c in app.commands.menu()))
+                   commands=tuple(c.name for c in app.commands.menu()), reminders=app.extras.get("reminders"))
     web_app = create_app(app.engine, keys, host, metrics, settings=server, clock=app.clock)
     app.extras["metrics"] = metrics
     app.extras["api"] = ApiServer(web_app, keys, app.settings.data_path, server)

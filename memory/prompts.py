@@ -171,3 +171,7 @@ MCP_FORGET = (
 )
 MCP_TIMELINE = "Show the conversation messages around a memory in its original session (what was said before and after)."
 MCP_PULSE = "Memory Pulse: how many memories were kept per day over the last 7 or 30 days, with top categories and tags."
+MCP_REMIND = ("Set a reminder the bot sends to this person's chat: 'when' in their words or as local ISO time ('in 10 "
+              "minutes', 'tomorrow 9:00', 'every monday 8:00', '明天上午9点', '2026-12-24T18:00'), 'what' short. "
+              "If it comes back not_set, ask the person the question it gives.")
+MCP_REMINDERS = "List this person's active reminders (ids, local times, repeats); with 'cancel': cancel the one with that id."

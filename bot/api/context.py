@@ -16,6 +16,7 @@ from bot.api.attached import AttachedTerminals
 from bot.api.metrics import Metrics
 from bot.api.ratelimit import RateLimiter
 from bot.api.sessions import Sessions
+from bot.reminders.desk import ReminderDesk
 from memory.engine import MemoryEngine
 from memory.tasks.skill_library import SkillLibrary
 
@@ -51,6 +52,7 @@ class ApiHost:
     commands: tuple[str, ...] = ()                    # what Tab completes after "/" there
     # Stops the turn in flight in a chat (channel, chat id) -> whether one was: an attached terminal's Ctrl-C.
     cancel: Callable[[str, str], Awaitable[bool]] | None = None
+    reminders: ReminderDesk | None = None             # set, list and cancel reminders (bot/reminders)
 
 
 HOST = web.AppKey("host", ApiHost)

@@ -86,7 +86,7 @@ async def key_door(request: web.Request) -> EngineDoor:
     rec, engine = request[API_KEY], request.app[ENGINE]
     if rec.scope != "admin":
         assert rec.space_id is not None
-        return EngineDoor(engine, rec.space_id, writable=rec.scope == "write")
+        return EngineDoor(engine, rec.space_id, writable=rec.scope == "write", reminders=request.app[HOST].reminders)
     who = request.headers.get(USER_HEADER, "").strip()
     if not who:
         raise ApiError(403, "forbidden", f"an admin key reaches MCP only for a person named in {USER_HEADER}; "
@@ -95,7 +95,7 @@ async def key_door(request: web.Request) -> EngineDoor:
         space = await person_space(request.app[HOST].access, who, create=True)
     except ConfigError as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
-    return EngineDoor(engine, space, writable=True)
+    return EngineDoor(engine, space, writable=True, reminders=request.app[HOST].reminders)
 
 
 async def run_asgi(asgi: Asgi, request: web.Request, extra: dict[str, Any]) -> web.StreamResponse:

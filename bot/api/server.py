@@ -20,7 +20,7 @@ from pathlib import Path
 from aiohttp import web
 
 from bot.api import (routes_admin, routes_chat, routes_dashboard, routes_data, routes_memories, routes_operator,
-                     routes_ops, routes_session)
+                     routes_ops, routes_reminders, routes_session)
 from bot.api.auth import auth_middleware
 from bot.api.context import (CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, LOCAL_TOKEN, LOGINS, METRICS,
                              SESSIONS, ApiHost, LocalToken)
@@ -86,7 +86,7 @@ def create_app(engine: MemoryEngine, keys: Keys, host: ApiHost, metrics: Metrics
     app.on_cleanup.append(_finish_imports)
     app.on_shutdown.append(routes_chat.close_streams)
     for module in (routes_ops, routes_session, routes_memories, routes_data, routes_admin, routes_operator,
-                   routes_chat, routes_dashboard):
+                   routes_chat, routes_dashboard, routes_reminders):
         app.add_routes(module.routes)
     mcp = McpEndpoint()
     app.cleanup_ctx.append(mcp.lifespan)

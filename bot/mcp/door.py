@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
@@ -26,6 +26,9 @@ from memory.store.browse import bump_versions
 from memory.store.pulse import pulse
 from memory.store.rows import MemoryRecord, new_id
 from memory.text import neutralize
+
+if TYPE_CHECKING:
+    from bot.reminders.desk import ReminderDesk
 
 MAX_TEXT = 20_000          # one fact or message, as the HTTP API allows
 MAX_MESSAGES = 100         # one captured turn
@@ -87,6 +90,7 @@ class EngineDoor:
     engine: MemoryEngine
     space: str
     writable: bool
+    reminders: ReminderDesk | None = None   # the gateway's (bot/reminders); None: no reminders here
 
     async def call(self, tool: str, args: dict[str, Any]) -> CallToolResult:
         handler = getattr(self, f"_{tool}", None)
@@ -170,3 +174,32 @@ class EngineDoor:
                 "per_day": [{"date": f"{b.start:%Y-%m-%d}", "count": b.count, "by_kind": b.by_kind} for b in p.buckets],
                 "top_categories": sorted(categories.items(), key=lambda kv: (-kv[1], kv[0]))[:6],
                 "top_tags": [list(t) for t in p.top_tags[:6]]}
+
+    def _desk(self) -> ReminderDesk:
+        if self.reminders is None:
+            raise ToolError("reminders are set and listed through the running gateway (memgate run)")
+        return self.reminders
+
+    async def _remind(self, when: str, what: str) -> dict[str, Any]:
+        from bot.reminders.views import reminder_json
+
+        self._may_write()
+        got = await self._desk().set(self.space, None, "mcp", when=_text(when, "when"), what=_text(what, "what"))
+        if got.reminder is None:
+            return {"status": "not_set", "ask_the_user": got.answer}
+        return {"status": "set", "reminder": {**reminder_json(got.reminder), "what": neutralize(got.reminder.text)},
+                "confirmation": neutralize(got.answer)}
+
+    async def _reminders(self, cancel: int | None = None) -> dict[str, Any]:
+        from bot.reminders.views import reminder_json
+
+        desk = self._desk()
+        if cancel is not None:
+            self._may_write()
+            r, answer = await desk.cancel(cancel, [self.space])
+            if r is None:
+                raise ToolError(answer)
+            return {"status": "cancelled", "reminder": {**reminder_json(r), "what": neutralize(r.text)}}
+        rows = await desk.store.active([self.space])
+        return {"zone": (await desk.zone(self.space)).key,
+                "reminders": [{**reminder_json(r), "what": neutralize(r.text)} for r in rows], "note": MCP_DATA_NOTE}

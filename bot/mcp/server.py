@@ -1,5 +1,5 @@
 """The MCP server other agents talk to: the official SDK's `MCPServer` with memgate's seven memory
-tools (search, store, get, recent, forget, timeline, pulse). Each tool only validates its arguments
+tools (search, store, get, recent, forget, timeline, pulse) and two reminder tools (remind, reminders). Each tool only validates its arguments
 (the schemas clients see come from these signatures) and hands them to the `MemoryDoor` of the call,
 which `door_for` finds: on the gateway, the door of the request's API key; in `memgate mcp`, the
 running gateway's or the local store's.
@@ -15,8 +15,8 @@ from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from bot.mcp.door import MAX_TEXT, MemoryDoor
-from memory.prompts import (MCP_FORGET, MCP_GET, MCP_INSTRUCTIONS, MCP_PULSE, MCP_RECENT, MCP_SEARCH, MCP_STORE,
-                            MCP_TIMELINE)
+from memory.prompts import (MCP_FORGET, MCP_GET, MCP_INSTRUCTIONS, MCP_PULSE, MCP_RECENT, MCP_REMIND, MCP_REMINDERS,
+                            MCP_SEARCH, MCP_STORE, MCP_TIMELINE)
 
 SERVER_NAME = "memgate"
 DoorFor = Callable[[Context], Awaitable[MemoryDoor]]
@@ -77,10 +77,22 @@ def build_server(door_for: DoorFor) -> MCPServer:
     async def pulse(ctx: Context, days: Literal[7, 30] = 7) -> CallToolResult:
         return await (await door_for(ctx)).call("pulse", {"days": days})
 
+    async def remind(ctx: Context,
+                     when: Annotated[str, Field(min_length=1, max_length=200, description="e.g. tomorrow 9:00")],
+                     what: Annotated[str, Field(min_length=1, max_length=1000, description="what to remind of")],
+                     ) -> CallToolResult:
+        return await (await door_for(ctx)).call("remind", {"when": when, "what": what})
+
+    async def reminders(ctx: Context,
+                        cancel: Annotated[int | None, Field(ge=1, description="the id of a reminder to cancel")] = None,
+                        ) -> CallToolResult:
+        return await (await door_for(ctx)).call("reminders", {"cancel": cancel})
+
     write = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
     for fn, description, hints in (
             (search, MCP_SEARCH, READ), (store, MCP_STORE, write), (get, MCP_GET, READ), (recent, MCP_RECENT, READ),
             (forget, MCP_FORGET, ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)),
-            (timeline, MCP_TIMELINE, READ), (pulse, MCP_PULSE, READ)):
+            (timeline, MCP_TIMELINE, READ), (pulse, MCP_PULSE, READ), (remind, MCP_REMIND, write),
+            (reminders, MCP_REMINDERS, ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False))):
         mcp.add_tool(fn, name=fn.__name__, description=description, annotations=hints, structured_output=False)
     return mcp

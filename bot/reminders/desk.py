@@ -44,9 +44,17 @@ class ReminderDesk:
     async def zone(self, space_id: str) -> ZoneInfo:
         return zone_named(await self.store.zone(space_id)) or ZoneInfo("UTC")
 
-    async def set(self, space_id: str, address: Address, set_by: str, *, text: str | None = None,
-                  when: str | None = None, what: str | None = None) -> SetResult:
-        """Set a reminder from a `/remind` text (WHEN WHAT), or from WHEN and WHAT apart (the tools)."""
+    async def set(self, space_id: str, address: Address | None, set_by: str, *, text: str | None = None,
+                  when: str | None = None, what: str | None = None, direct: bool = False) -> SetResult:
+        """Set a reminder from a `/remind` text (WHEN WHAT), or from WHEN and WHAT apart (the tools).
+
+        `address` None: to the person's direct chat (the API, MCP); `direct`: `address` is one, kept as theirs."""
+        if address is None:
+            address = await self.store.direct_chat(space_id)
+            if address is None:
+                return SetResult(None, "No chat of this person is known yet: they must write to the bot once first.")
+        elif direct:
+            await self.store.note_dm(space_id, address)
         zone = await self.zone(space_id)
         now = self.clock()
         if text is not None:

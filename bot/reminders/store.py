@@ -175,6 +175,10 @@ class ReminderStore:
             params.append(conversation_key)
         return await self.store.aread(lambda c: select_reminders(c, where, params))
 
+    async def every_active(self) -> list[Reminder]:
+        """Every space's active reminders (the admin's view)."""
+        return await self.store.aread(lambda c: select_reminders(c, "status = 'active'", []))
+
     async def get(self, reminder_id: int, space_ids: Sequence[str]) -> Reminder | None:
         rows = await self.store.aread(lambda c: select_reminders(
             c, "id = ? AND space_id IN (SELECT unnest(?))", [reminder_id, list(space_ids)]))
@@ -214,6 +218,20 @@ class ReminderStore:
                                                                                        dm.recipient_id])
         else:
             await self._upsert(space_id, "followups", [False])
+
+    async def note_dm(self, space_id: str, dm: Address) -> None:
+        """Remember the person's direct chat (where reminders set over the API or MCP, and follow-ups, go)."""
+        await self._upsert(space_id, "channel, chat_id, recipient_id", [dm.channel, dm.chat_id, dm.recipient_id])
+
+    async def direct_chat(self, space_id: str) -> Address | None:
+        """The person's direct chat: the one they last used for reminders, else their newest account's."""
+        dm = (await self.prefs(space_id)).dm
+        if dm is not None:
+            return dm
+        row = await self.store.aread(lambda c: c.execute(
+            "SELECT channel, external_id FROM identities WHERE space_id = ? AND role <> 'blocked' AND channel <> 'api' "
+            "ORDER BY updated_at DESC LIMIT 1", [space_id]).fetchone())
+        return Address(row[0], row[1], None, row[1]) if row else None
 
     async def _upsert(self, space_id: str, columns: str, values: list) -> None:
         names = [c.strip() for c in columns.split(",")]

@@ -161,3 +161,14 @@ def local_now(now: datetime, zone: str) -> str:
     z = zone_named(zone)
     t = now.astimezone(z) if z is not None else now
     return f"{t:%Y-%m-%d %H:%M} ({t:%A}), time zone {zone}"
+
+
+def reminder_json(r) -> dict:
+    """A reminder as the HTTP API and the MCP tools show it (local time spelled out, and UTC)."""
+    s = r.schedule
+    d = {"id": r.id, "what": r.text, "due_at": r.due_at.isoformat(), "local": day_time(r.due_at, s.zone, "en"),
+         "zone": s.zone, "every": s.every, "status": r.status, "channel": r.address.channel,
+         "created_at": r.created_at.isoformat()}
+    if s.every:
+        d["repeats"] = rule_text(s, "en")
+    return d

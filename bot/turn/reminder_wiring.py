@@ -68,7 +68,8 @@ def register_reminders(desk: ReminderDesk, tools: ToolBox, commands: Commands, a
     async def remind(ctx: CommandContext) -> str:
         if not ctx.args:
             return USAGE_ZH if lang_of(ctx.msg.text) == "zh" else USAGE_EN
-        got = await desk.set(ctx.allowed.write_space, address_of(ctx.msg), ctx.allowed.identity.key, text=ctx.args)
+        got = await desk.set(ctx.allowed.write_space, address_of(ctx.msg), ctx.allowed.identity.key, text=ctx.args,
+                             direct=not ctx.msg.is_group)
         return got.answer
 
     async def reminders(ctx: CommandContext) -> str:
@@ -104,7 +105,7 @@ def register_reminders(desk: ReminderDesk, tools: ToolBox, commands: Commands, a
         if ctx.origin is None:
             return {"error": "reminders can only be set from a chat"}
         got = await desk.set(ctx.write_space, address_of(ctx.origin), ctx.speaker, when=str(args["when"]),
-                             what=str(args["what"]))
+                             what=str(args["what"]), direct=ctx.private_chat)
         if got.reminder is None:
             return {"not_set": True, "ask_the_user": got.answer}
         return {**_reminder_json(got.reminder), "tell_the_user": got.answer}

@@ -6,11 +6,12 @@ import {memoriesPage} from './page_memories.js';
 import {pulsePage} from './page_pulse.js';
 import {insightPage} from './page_insight.js';
 import {skillsPage} from './page_skills.js';
+import {remindersPage} from './page_reminders.js';
 import {usagePage} from './page_usage.js';
 import {adminPage} from './page_admin.js';
 
 const SPACE_PAGES = [['memories', memoriesPage], ['pulse', pulsePage], ['insight', insightPage],
-  ['skills', skillsPage], ['usage', usagePage]];
+  ['skills', skillsPage], ['reminders', remindersPage], ['usage', usagePage]];
 const ADMIN_PAGES = [['admin', adminPage]];
 let who = null;
 

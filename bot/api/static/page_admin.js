@@ -1,5 +1,6 @@
 // Admin (admin keys only): pairing requests, people and roles with their linked identities, API
 // keys (created here and shown once, revoked here), the public space (add, forget), jobs and health.
+import {reminderRows} from './page_reminders.js';
 import {api, get} from './api.js';
 import {fill, field, h, loadInto} from './dom.js';
 import {asDate, dateTime, num} from './format.js';
@@ -217,9 +218,18 @@ function jobs() {
   });
 }
 
+function reminders() {
+  return card('admin-reminders', async (box) => {
+    const r = await get('/api/v1/admin/reminders');
+    fill(box, section('admin-reminders', t('admin.reminders'),
+      r.people.length ? r.people.map((p) => h('div', {class: 'person'}, h('h3', {class: 'userdata'}, `${p.name} `,
+        h('code', {}, p.space_id)), reminderRows(p.reminders))) : h('p', {class: 'empty'}, t('admin.no_reminders'))));
+  });
+}
+
 export async function adminPage(root, ctx) {
   const peopleBox = people(ctx);
-  const boxes = [pairing(ctx, () => peopleBox.reload()), peopleBox, keys(ctx), publicSpace(ctx), health(), jobs()];
+  const boxes = [pairing(ctx, () => peopleBox.reload()), peopleBox, keys(ctx), publicSpace(ctx), reminders(), health(), jobs()];
   root.append(...boxes);
   await Promise.all(boxes.map((b) => b.reload()));
 }
