@@ -395,7 +395,8 @@ def _wire_tasks_and_jobs(app: App, tools: ToolBox, embedder: Embedder) -> None:
     jobs = [JobSpec("rebuild_fts", rebuild_fts, timedelta(minutes=s.fts_rebuild_minutes)),
             JobSpec("flush_usage", flush_usage, timedelta(minutes=1)),
             JobSpec("prune_turn_text", prune_turn_text, timedelta(hours=1)),
-            JobSpec("retry_ingest", retry_ingest, timedelta(minutes=s.retry_ingest_minutes))]
+            JobSpec("retry_ingest", retry_ingest, timedelta(minutes=s.retry_ingest_minutes)),
+            *app.extras.get("reminder_jobs", ())]
     if app.memory_llm is not None:
         wired = wire_tasks(TaskHost(store=app.store, engine=engine, llm=app.memory_llm, embedder=embedder,
                                     tools=tools, commands=app.commands, agent=app.gateway.agent,

@@ -112,7 +112,7 @@ def _hours(p: Parts) -> list[tuple[int, int]] | None:
     return [(h, 0), (h + 12, 0)] if h < 12 else [(12, 0), (0, 1)]
 
 
-def _days(p: Parts, today: date) -> list[date] | Unclear:
+def days_named(p: Parts, today: date) -> list[date] | Unclear:
     """The day(s) the pieces name (none: today, moved to tomorrow later when the time passed)."""
     if p.ymd is not None:
         year, month, day = p.ymd
@@ -159,7 +159,7 @@ def resolve(p: Parts, now: datetime, zone: ZoneInfo) -> Schedule | Unclear:
         options = tuple(Schedule(first_occurrence(p.every, h, p.minute, p.weekday or 0, zone, now), zone.key, p.every,  # type: ignore[arg-type]
                                  h, p.minute) for h, _ in hours)
         return options[0] if len(options) == 1 else Unclear("am_pm", options=options)
-    days = _days(p, local_now.date())
+    days = days_named(p, local_now.date())
     if isinstance(days, Unclear):
         return days
     given = bool(days)

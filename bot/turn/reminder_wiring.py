@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from bot.reminders.delivery import DeliverySettings, ReminderDelivery
+from bot.reminders.followups import FollowUps
 from bot.reminders.desk import ReminderDesk
 from bot.reminders.schedule import zone_named
 from bot.reminders.store import Address, ReminderStore
 from bot.reminders.views import USAGE_EN, USAGE_ZH, day_time, lang_of, rule_text
+from bot.scheduler import JobSpec
 from bot.turn.tools import ToolBox, ToolContext, function_schema
 
 if TYPE_CHECKING:
@@ -34,6 +36,7 @@ REMINDER_TOOL_SCHEMAS = (
         {"id": {"type": "integer"}}, ["id"]),
 )
 
+FOLLOWUP_EVERY_MINUTES = 10   # how often the follow-up pass looks (it asks at most once a day per person)
 ZONE_HELP = "Use an IANA time zone name such as Asia/Shanghai, Europe/Berlin or America/New_York."
 
 
@@ -59,7 +62,10 @@ def wire_reminders(config: RemindersConfig, store: Store, clock: Callable[[], da
                                                           late_after_seconds=config.late_after_seconds))
     desk = ReminderDesk(reminders, clock=clock, channels=gateway.channels, delivery=delivery)
     register_reminders(desk, tools, commands, gateway.agent)
-    return {"reminders": desk, "reminder_delivery": delivery}
+    followups = FollowUps(store, gateway.outbox, clock=clock, default_zone=config.timezone,
+                          quiet_hours=config.quiet_hours, within_days=config.followup_days)
+    job = JobSpec("followups", followups.run, timedelta(minutes=FOLLOWUP_EVERY_MINUTES))
+    return {"reminders": desk, "reminder_delivery": delivery, "followups": followups, "reminder_jobs": [job]}
 
 
 def register_reminders(desk: ReminderDesk, tools: ToolBox, commands: Commands, agent: Agent | None) -> None:
@@ -97,9 +103,28 @@ def register_reminders(desk: ReminderDesk, tools: ToolBox, commands: Commands, a
         return f"Time zone set to {zone.key} (it is {desk.clock().astimezone(zone):%Y-%m-%d %H:%M} there). " \
                "Reminders you set from now on are read in it."
 
+    async def followups(ctx: CommandContext) -> str:
+        arg = ctx.args.strip().lower()
+        zh = lang_of(ctx.msg.text) == "zh"
+        space = ctx.allowed.write_space
+        if arg not in ("on", "off", "开", "关"):
+            on = (await desk.store.prefs(space)).followups
+            return ("跟进：" + ("开" if on else "关") + "。/followups on：你告诉我的计划（考试、面试……）过后，我会问一次进展如何。" if zh else
+                    f"Follow-ups are {'on' if on else 'off'}. /followups on: after a plan or event you told me about "
+                    "(an exam, an interview) I ask once how it went.")
+        if ctx.msg.is_group:
+            return "跟进只在我们的私聊里开启。" if zh else "Follow-ups are for our direct chat only: say /followups on there."
+        on = arg in ("on", "开")
+        await desk.store.set_followups(space, on, address_of(ctx.msg))
+        if zh:
+            return "好的，跟进已开启：计划过后我会问一次（每天最多一次，不在休息时间）。" if on else "好的，跟进已关闭。"
+        return ("Follow-ups on: the day after a plan or event you told me about, I ask once how it went "
+                "(at most one question a day, never in your quiet hours)." if on else "Follow-ups off.")
+
     commands.register("remind", remind, "/remind WHEN WHAT: remind me, e.g. /remind tomorrow 9:00 call mum")
     commands.register("reminders", reminders, "/reminders [cancel ID]: your reminders, or cancel one")
     commands.register("timezone", timezone, "/timezone [ZONE]: your time zone for reminders, e.g. Asia/Shanghai")
+    commands.register("followups", followups, "/followups on|off: ask me how your plans went, once, afterwards")
 
     async def create(args: dict, ctx: ToolContext) -> Any:
         if ctx.origin is None:

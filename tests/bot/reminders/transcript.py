@@ -64,12 +64,16 @@ class Talk:
             self.lines.append(f"[{self.local()}] bot: " + text.replace("\n", "\n      "))
         return new
 
-    async def wait(self, **delta: float) -> list[str]:
-        """Move the clock, run the delivery pass, and return what was sent."""
+    async def wait(self, *, followups: bool = False, **delta: float) -> list[str]:
+        """Move the clock, run the delivery pass (or the follow-up pass), and return what was sent."""
         self.clock.advance(**delta)
-        self.lines.append(f"        ... {', '.join(f'{v:g} {k}' for k, v in delta.items())} later")
+        self.lines.append(f"        ... {', '.join(f'{v:g} {k}' for k, v in delta.items())} later"
+                          + (" (follow-up pass)" if followups else ""))
         n = len(self.channel.sent)
-        await self.app.extras["reminder_delivery"].run_due()
+        if followups:
+            await self.app.extras["followups"].run()
+        else:
+            await self.app.extras["reminder_delivery"].run_due()
         deadline = 200
         while deadline and len(self.channel.sent) == n and await self._pending():
             import asyncio
@@ -135,4 +139,42 @@ async def restart_late(tmp: Path, embedder, ahead: float = 2, down: float = 3) -
         t = Talk(app, channel, clock, lines)
         await t.wait(minutes=1)
         lines.append(f"sent in the third run: {len(channel.sent)} (nothing twice)")
+    return lines
+
+
+async def followup_once(tmp: Path, embedder) -> list[str]:
+    """Follow-ups: a plan in memory asked about once, the day after, in waking hours, never again
+    (not after a restart either), never for a forgotten plan, never in a group."""
+    import re
+
+    clock = FakeClock(START)
+    lines: list[str] = []
+    async with bot(tmp, clock, embedder) as (app, channel):
+        t = Talk(app, channel, clock, lines)
+        await t.say("ann", "/timezone Asia/Shanghai")
+        await t.say("ann", "/followups on")
+        await t.say("ann", "/remember my exam is on Friday")
+        said = await t.say("ann", "/remember my dentist appointment is tomorrow")
+        dentist = re.search(r"\[(\w+)\]", said).group(1)
+        await t.say("ann", f"/forget {dentist}")
+        await t.say("li", "/timezone Asia/Shanghai")
+        await t.say("li", "/followups on")
+        await t.say("li", "/remember 我下周二面试")
+        n = len(channel.sent)
+        lines.append("[group chat] ann: /followups on")
+        await channel.say("ann", "/followups on", chat="-100777", is_group=True)
+        await channel.wait_for(n + 1, timeout=60)
+        t.heard()
+        await t.wait(followups=True, days=2, hours=11)        # Fri 21:00: the exam is today, not yet over
+        await t.wait(followups=True, hours=10)                # Sat 07:00: quiet hours
+        await t.wait(followups=True, hours=2)                 # Sat 09:00: asked
+        await t.wait(followups=True, hours=3)                 # Sat 12:00: one a day, and asked already
+        lines.append("        ... gateway stopped and started again")
+    async with bot(tmp, clock, embedder) as (app, channel):
+        t = Talk(app, channel, clock, lines)
+        await t.wait(followups=True, hours=22)                # Sun 10:00: the forgotten dentist is never asked about
+        await t.wait(followups=True, days=3)                  # Wed 10:00: li's interview (Tuesday)
+        await t.wait(followups=True, days=1)                  # Thu 10:00: nothing left to ask
+        asked = app.store.read(lambda c: c.execute("SELECT space_id, event_day FROM followups ORDER BY asked_at").fetchall())
+        lines.append(f"follow-ups recorded: {[(s, f'{d}') for s, d in asked]}; LLM calls for finding dates: 0")
     return lines

@@ -1,0 +1,189 @@
+"""Follow-ups from memory: a dated plan or event the person told the bot about ("my exam is on
+Friday", "我下周二面试") is asked about once, the day after it ("How did it go?").
+
+Finding the dates is LLM-free (no call, no tokens): the WHEN readers (bot/reminders/phrases.py)
+scan the text of the person's own facts and messages in memory for a day ("friday", "next
+tuesday", "2026-05-08", "下周二", "5月8日"), read relative to when it was said (the memory's
+`created_at`, in the person's zone). Only a day that was still ahead when it was said counts (a
+plan, not a remark about today: "today" itself never counts). Facts extracted by the memory LLM carry absolute dates already;
+the person's own messages carry the words they used.
+
+Rules: only for people who said `/followups on` (in their direct chat, where the question goes;
+never a group's space); inside waking hours (`[reminders] quiet_hours` is asleep, in their zone);
+at most one question a day per person; asked once per event, from the day after it until
+`followup_days` after; never about a memory that is gone (checked again in the transaction that
+queues the question: a forgotten plan is not asked about). The question and its record
+(`followups`) are written in one transaction with the outbox's serial, so a restart, or another
+process, never asks again.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+from bot.delivery.outbox import OUTBOX_WRITES, Outbox
+from bot.message import Reply
+from bot.reminders.phrases import Parts, read_day
+from bot.reminders.schedule import zone_named
+from bot.reminders.store import Address
+from bot.reminders.views import lang_of
+from bot.reminders.when import days_named, normalise
+from memory.store.connection import Conn, Store
+from memory.store.rows import utc_naive
+
+log = logging.getLogger(__name__)
+
+LOOK_BACK_DAYS = 60       # memories said this recently are scanned for plans
+MAX_SCANNED = 2000        # per person and pass
+# English day words that count in running text: whole words, full weekday names (not "sat", "sun").
+_EN_OK = re.compile(r"^(?:(?:next|this|coming)\s+)?(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
+                    r"tomorrow|the day after tomorrow|day after tomorrow)$")
+
+
+_PAST = re.compile(r"\b(?:went|was|were|did|had|yesterday|last|ago)\b|昨天|前天|上周|上个?星期")
+
+
+def quiet_window(spec: str) -> tuple[time, time]:
+    """"22:00-08:00" -> (22:00, 08:00)."""
+    start, end = spec.split("-")
+    return time.fromisoformat(start.zfill(5)), time.fromisoformat(end.zfill(5))
+
+
+def is_quiet(local: datetime, window: tuple[time, time]) -> bool:
+    """Whether the local time is inside the quiet hours (a window may cross midnight)."""
+    start, end, t = window[0], window[1], local.time()
+    return (start <= t or t < end) if start > end else start <= t < end
+
+
+def event_day(text: str, said_at: datetime, zone: ZoneInfo) -> date | None:
+    """The day of a plan or event in `text`, read relative to when it was said; None when there is none
+    (or only a day that was not ahead then)."""
+    s = normalise(text)
+    if _PAST.search(s):
+        return None  # "I went there on Monday": told, not planned
+    said = said_at.astimezone(zone).date()
+    for i in range(len(s)):
+        if i and s[i - 1].isascii() and s[i - 1].isalnum():
+            continue  # inside an English word
+        p = Parts()
+        end = read_day(s, i, p)
+        if end is None:
+            continue
+        if end < len(s) and s[end - 1].isascii() and s[end].isascii() and s[end].isalnum():
+            continue
+        piece = s[i:end].strip()
+        if piece.isascii() and re.fullmatch(r"[a-z ]+", piece) and not _EN_OK.match(piece):
+            continue
+        if p.day_month_unsure is not None or p.day_offset == 0:
+            continue
+        days = days_named(p, said)
+        # Ahead when said, or the very day when a weekday or a date names it ("my exam is on Friday", on a Friday).
+        if isinstance(days, list) and days and days[0] >= said:
+            return days[0]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    space_id: str
+    memory_id: str
+    day: date
+    text: str
+
+
+def question_text(memory_text: str, day: date) -> str:
+    quoted = memory_text.strip()
+    if len(quoted) > 200:
+        quoted = quoted[:199] + "…"
+    if lang_of(memory_text) == "zh":
+        return f"你之前提到：“{quoted}”（{day:%m月%d日}）。进展如何？"
+    return f"You mentioned: “{quoted}” ({day:%a %b %d}). How did it go?"
+
+
+class FollowUps:
+    """One pass asks each opted-in person at most one question (run by the scheduler)."""
+
+    def __init__(self, store: Store, outbox: Outbox, *, clock: Callable[[], datetime], default_zone: str,
+                 quiet_hours: str, within_days: float) -> None:
+        self.store = store
+        self.outbox = outbox
+        self.clock = clock
+        self.default_zone = default_zone
+        self.quiet = quiet_window(quiet_hours)
+        self.within = timedelta(days=within_days)
+        self.asked = 0
+
+    async def run(self) -> int:
+        """Ask what is due now; how many questions were queued."""
+        people = await self.store.aread(lambda c: c.execute(
+            "SELECT space_id, zone, channel, chat_id, recipient_id FROM reminder_prefs "
+            "WHERE followups AND channel IS NOT NULL").fetchall())
+        asked = 0
+        for space, zone_name, channel, chat, recipient in people:
+            zone = zone_named(zone_name or self.default_zone) or ZoneInfo("UTC")
+            try:
+                if await self._one(space, zone, Address(channel, chat, None, recipient)):
+                    asked += 1
+            except Exception:  # one person's trouble never stops the others'
+                log.exception("follow-ups: the pass failed for one person")
+        if asked:
+            self.asked += asked
+            self.outbox.wake()
+        return asked
+
+    async def _one(self, space: str, zone: ZoneInfo, dm: Address) -> bool:
+        now = self.clock()
+        local = now.astimezone(zone)
+        if is_quiet(local, self.quiet):
+            return False
+        day_start = utc_naive(datetime.combine(local.date(), time(0), tzinfo=zone))
+        since = utc_naive(now - timedelta(days=LOOK_BACK_DAYS))
+
+        def read(con: Conn):
+            if con.execute("SELECT count(*) FROM followups WHERE space_id = ? AND asked_at >= ?",
+                           [space, day_start]).fetchone()[0]:
+                return None, []
+            asked = {r[0] for r in con.execute("SELECT event_day FROM followups WHERE space_id = ?", [space]).fetchall()}
+            rows = con.execute(
+                "SELECT id, text, created_at FROM memories WHERE space_id = ? AND status = 'active' AND created_at >= ? "
+                "AND (kind = 'fact' OR (kind = 'chunk' AND role = 'user')) AND id NOT IN "
+                "(SELECT memory_id FROM followups WHERE space_id = ?) ORDER BY created_at DESC LIMIT ?",
+                [space, since, space, MAX_SCANNED]).fetchall()
+            return asked, rows
+
+        asked_days, rows = await self.store.aread(read)
+        if asked_days is None:
+            return False  # one a day
+        best: Question | None = None
+        for mid, text, created in rows:
+            day = event_day(text, created if created.tzinfo else created.replace(tzinfo=ZoneInfo("UTC")), zone)
+            if day is None or day in asked_days or not (local.date() - self.within <= day < local.date()):
+                continue
+            if best is None or day > best.day:
+                best = Question(space, mid, day, question_text(text, day))
+        if best is None:
+            return False
+        return await self.store.awrite(lambda c: self._ask(c, best, dm, day_start), serial=OUTBOX_WRITES)
+
+    def _ask(self, con: Conn, q: Question, dm: Address, day_start: datetime) -> bool:
+        # Checked again where it is written: still remembered (not forgotten meanwhile), none asked today.
+        alive = con.execute("SELECT count(*) FROM memories WHERE id = ? AND space_id = ? AND status = 'active'",
+                            [q.memory_id, q.space_id]).fetchone()[0]
+        today = con.execute("SELECT count(*) FROM followups WHERE space_id = ? AND asked_at >= ?",
+                            [q.space_id, day_start]).fetchone()[0]
+        if not alive or today:
+            return False
+        done = con.execute("INSERT INTO followups (space_id, memory_id, event_day, asked_at) VALUES (?, ?, ?, ?) "
+                           "ON CONFLICT DO NOTHING RETURNING memory_id",
+                           [q.space_id, q.memory_id, q.day, utc_naive(self.clock())]).fetchall()
+        if not done:
+            return False
+        self.outbox.put_in(con, dm.conversation_key, Reply(channel=dm.channel, chat_id=dm.chat_id, text=q.text,
+                                                           recipient_id=dm.recipient_id))
+        log.info("follow-up asked in %s about a plan of %s", dm.conversation_key, q.day)
+        return True
