@@ -19,6 +19,7 @@ from bot.reminders.schedule import zone_named
 from bot.reminders.store import Address, Reminder, ReminderStore
 from bot.reminders.views import ask_text, cancelled_text, lang_of, list_text, set_text
 from bot.reminders.when import Understood, Unclear, parse_reminder, parse_when
+from memory.redaction import redact
 
 MAX_TEXT_CHARS = 1000   # what to remind of: a line, not a document
 MAX_ACTIVE = 200        # per space: a runaway agent loop cannot fill the table
@@ -71,7 +72,8 @@ class ReminderDesk:
             parsed = Unclear("no_what", parsed.when, "", (parsed.schedule,))
         if isinstance(parsed, Unclear):
             return SetResult(None, ask_text(parsed, lang), parsed)
-        what = parsed.what[:MAX_TEXT_CHARS]
+        # Kept at rest and sent back later: a secret typed into it is not ("/remember" does the same).
+        what = redact(parsed.what[:MAX_TEXT_CHARS])
         if len(await self.store.active([space_id])) >= MAX_ACTIVE:
             return SetResult(None, f"You have {MAX_ACTIVE} reminders already; cancel some first (/reminders).")
         rec = await self.store.acreate(space_id, address, set_by, what, parsed.schedule)

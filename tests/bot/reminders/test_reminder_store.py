@@ -82,3 +82,30 @@ async def test_a_due_reminder_is_queued_once_when_several_processes_look_at_once
     finally:
         for s in stores:
             s.close()
+
+
+class _OfficialAccount:
+    """A channel that may write only within 48 hours of the person's last message (bot.channel.LimitsReplies)."""
+
+    name = "wechat_mp"
+    reply_window_hours = 48.0
+
+
+async def test_a_reminder_beyond_the_official_accounts_window_is_told_it_may_not_arrive(tmp_path):
+    from bot.reminders.desk import ReminderDesk
+
+    clock = FakeClock(START)
+    with open_store(duckdb_url(tmp_path / "m.duckdb"), 384, extra_migrations=MIGRATIONS) as store:
+        desk = ReminderDesk(ReminderStore(store, clock=clock.now), clock=clock.now,
+                            channels={"wechat_mp": _OfficialAccount(), "telegram": RecordingChannel("telegram")})
+        mp = Address("wechat_mp", "oABC", None, "oABC")
+        soon = await desk.set("u_ann", mp, "wechat_mp:oABC", text="tomorrow 9:00 call mum")
+        assert soon.reminder is not None and "may not arrive" not in soon.answer        # within 48 hours
+        later = await desk.set("u_ann", mp, "wechat_mp:oABC", text="2026-05-20 9:00 pay the rent")
+        assert later.reminder is not None and "within 48 hours of your last message" in later.answer
+        weekly = await desk.set("u_ann", mp, "wechat_mp:oABC", text="每周一早上8点 浇花")
+        assert "公众号只能在你最后一次发消息后的 48 小时内" in weekly.answer
+        elsewhere = await desk.set("u_ann", ANN, "telegram:100", text="2026-05-20 9:00 pay the rent")
+        assert "may not arrive" not in elsewhere.answer
+        secret = await desk.set("u_ann", ANN, "telegram:100", text="in 1 hour log in, my password is hunter2hunter2")
+        assert "hunter2hunter2" not in secret.reminder.text and "hunter2hunter2" not in secret.answer
