@@ -93,14 +93,16 @@ class ReminderDelivery:
         now = self.clock()
         due = await self.store.aread(lambda c: select_reminders(
             c, "status = 'active' AND due_at <= ?", [utc_naive(now)]))
-        ready = [(r, addr) for r in due[: self.settings.batch] if (addr := self._reachable(r)) is not None]
+        # Those this process can deliver now (a terminal's wait while nobody reads it: they stay due).
+        ready = [(r, addr) for r in due if (addr := self._reachable(r)) is not None][: self.settings.batch]
+        queued = 0
         if ready:
             queued = await self.store.awrite(lambda c: self._claim(c, ready, now), serial=OUTBOX_WRITES)
             if queued:
                 self.sent += queued
                 self.outbox.wake()
-        if len(due) > self.settings.batch:
-            return 0.0
+        if queued >= self.settings.batch:
+            return 0.0  # more may be ready: look again at once
         nxt = await self.store.aread(lambda c: c.execute(
             "SELECT min(due_at) FROM reminders WHERE status = 'active' AND due_at > ?", [utc_naive(now)]).fetchone()[0])
         wait = self.settings.poll_seconds

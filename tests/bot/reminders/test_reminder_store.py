@@ -109,3 +109,37 @@ async def test_a_reminder_beyond_the_official_accounts_window_is_told_it_may_not
         assert "may not arrive" not in elsewhere.answer
         secret = await desk.set("u_ann", ANN, "telegram:100", text="in 1 hour log in, my password is hunter2hunter2")
         assert "hunter2hunter2" not in secret.reminder.text and "hunter2hunter2" not in secret.answer
+
+
+class _Terminal(RecordingChannel):
+    """A terminal: read only while open (bot.channel.KnowsReaders)."""
+
+    def __init__(self) -> None:
+        super().__init__("console")
+        self.open = False
+
+    def reader_chat(self, recipient_id: str, chat_id: str) -> str | None:
+        return "alice" if self.open and recipient_id == "alice" else None
+
+
+async def test_a_terminal_reminder_waits_while_no_terminal_is_open_then_goes_out_once(tmp_path):
+    clock = FakeClock(START)
+    with open_store(duckdb_url(tmp_path / "m.duckdb"), 384, extra_migrations=MIGRATIONS) as store:
+        terminal = _Terminal()
+        channels = {"console": terminal}
+        outbox = Outbox(store, channels, clock=clock.now)
+        delivery = ReminderDelivery(store, outbox, channels, clock=clock.now)
+        r = ReminderStore(store, clock=clock.now)
+        rec = await r.acreate("u_alice", Address("console", "alice@attached", None, "alice"), "console:alice", "tea",
+                              _once(START + timedelta(minutes=1)))
+        clock.advance(minutes=2)
+        wait = await delivery.run_due()
+        assert wait == delivery.settings.poll_seconds and delivery.sent == 0     # nobody reads: it waits, no spinning
+        assert (await r.get(rec.id, ["u_alice"])).status == "active"
+        terminal.open = True
+        clock.advance(minutes=5)
+        await delivery.run_due()
+        await delivery.run_due()
+        assert delivery.sent == 1
+        row = store.read(lambda c: c.execute("SELECT conversation_key, reply FROM outbox").fetchall())
+        assert len(row) == 1 and row[0][0] == "console:alice" and "Late by 6 minutes" in row[0][1]
