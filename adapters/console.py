@@ -4,6 +4,12 @@ Interactive terminals get a line editor with history (prompt_toolkit), the promp
 under every reply and a spinner beside it while the agent thinks; pipes (tests, scripts) get
 plain lines, so the channel is scriptable: one message per input line, each reply printed as
 `<bot>: text` followed by a blank line.
+
+Replies are shown as they are written (bot.channel.ShowsDrafts): on a terminal the reply so far
+grows above the prompt, and the finished reply is printed in its place; into a pipe the words are
+written as they come, and the finished reply completes the same line (the output is the same as
+when it came whole). A finished reply that is not the draft's continuation (the model started
+over) is printed whole on a line of its own.
 """
 
 from __future__ import annotations
@@ -48,6 +54,30 @@ def clean_text(text: str) -> str:
     return raw.decode("utf-8", "replace")
 
 
+# Seconds between two shows of a reply being written: a terminal redraws the prompt and the draft
+# for each; a pipe only writes the new words.
+DRAFT_INTERVAL_TTY = 0.1
+DRAFT_INTERVAL_PIPE = 0.02
+
+
+class ConsoleDraft:
+    """A reply being written, on the terminal (bot.channel.Draft; no handles: nothing outlives the process)."""
+
+    handles: Sequence[str] = ()
+
+    def __init__(self, console: ConsoleAdapter, chat_id: str) -> None:
+        self.console = console
+        self.chat_id = chat_id
+        self.interval = DRAFT_INTERVAL_TTY if console.interactive else DRAFT_INTERVAL_PIPE
+        self.printed = ""   # into a pipe: the text written so far
+
+    async def show(self, text: str) -> None:
+        await self.console.show_draft(self, text)
+
+    async def drop(self) -> None:
+        await self.console.end_draft(self)
+
+
 LEAVE_WORDS = frozenset({"/quit", "/exit", "quit", "exit"})
 LEAVE_HELP = "/quit, /exit, quit, Ctrl-D, Ctrl-C on an empty line: leave the terminal chat"
 LINE_EDIT_HELP = ("In the terminal: arrow keys edit the line, Up/Down recall earlier lines, Tab completes /commands, "
@@ -87,6 +117,7 @@ class ConsoleAdapter:
         # Filled in by the composition root: stops the turn in flight in this chat (Ctrl-C).
         self.on_cancel: CancelHook | None = None
         self._cancelling: set[asyncio.Task] = set()
+        self._draft: ConsoleDraft | None = None  # the reply being written, shown
 
     @property
     def interactive(self) -> bool:
@@ -212,7 +243,46 @@ class ConsoleAdapter:
                 path = Path(reply.document.filename).resolve()
                 write_private(path, reply.document.data)  # someone's memories: 0600
                 text = f"{text}\n(saved to {path})"
+            draft = self._draft if self._draft is not None and self._draft.chat_id == reply.chat_id else None
+            if draft is not None:
+                self._draft = None
+                if self._editor is not None:
+                    self._editor.show_draft(None)   # the finished reply is printed where the draft was
+                elif draft.printed and text.startswith(draft.printed):
+                    self._write(f"{text[len(draft.printed):]}\n\n")
+                    return
+                elif draft.printed:
+                    self._write("\n")   # the model started over: the finished reply on a line of its own
             self._write(f"{self.bot_name}: {text}\n\n")
+
+    # --- a reply being written (bot.channel.ShowsDrafts) -----------------------------------------
+    def open_draft(self, reply: Reply, handles: Sequence[str] = ()) -> ConsoleDraft:
+        return ConsoleDraft(self, reply.chat_id)
+
+    async def show_draft(self, draft: ConsoleDraft, text: str) -> None:
+        """The reply so far: above the prompt on a terminal; into a pipe, the words not yet written."""
+        async with self._write_lock:
+            self._draft = draft
+            if self._tty:
+                if self._editor is not None:
+                    self._editor.show_draft(f"{self.bot_name}: {text}")
+                return
+            if draft.printed and text.startswith(draft.printed):
+                self._write(text[len(draft.printed):])
+            else:
+                self._write(("\n" if draft.printed else "") + f"{self.bot_name}: {text}")
+            draft.printed = text
+
+    async def end_draft(self, draft: ConsoleDraft) -> None:
+        """The reply was cancelled: its draft goes (what a pipe got stays, its line ended)."""
+        async with self._write_lock:
+            if self._draft is not draft:
+                return
+            self._draft = None
+            if self._editor is not None:
+                self._editor.show_draft(None)
+            elif draft.printed:
+                self._write("\n\n")
 
     @asynccontextmanager
     async def typing(self, message: Message) -> AsyncIterator[None]:

@@ -9,6 +9,10 @@ a reply is written) and the keys' meaning:
 - Ctrl-C on an empty line while a reply is being written cancels that reply (`cancel`);
 - Ctrl-C on an empty line with nothing in flight, and Ctrl-D on an empty line, leave.
 
+A reply being written is shown above the prompt, redrawn in place as it grows (`show_draft`):
+text printed above a prompt cannot be changed, and half a line printed there is drawn over by the
+prompt. The finished reply is then printed above as usual, where the draft was.
+
 The editor knows nothing of messages or the gateway: it reads lines, and asks `busy()` and
 `cancel()` of whoever owns the conversation.
 """
@@ -42,6 +46,26 @@ def slash_completions(typed: str, names: Iterable[str]) -> list[str]:
     return sorted({f"/{n}" for n in names if n and n.lower().startswith(word)})
 
 
+def draft_tail(text: str, columns: int, rows: int) -> str:
+    """The last `rows` lines of `text` wrapped at `columns` (wide characters count two)."""
+    from prompt_toolkit.utils import get_cwidth
+
+    columns = max(1, columns)
+    lines: list[str] = []
+    for paragraph in text.expandtabs(4).split("\n"):
+        line: list[str] = []
+        width = 0
+        for ch in paragraph:
+            w = get_cwidth(ch) if ch.isprintable() else 2   # prompt_toolkit shows a control character as ^X
+            if width + w > columns and line:
+                lines.append("".join(line))
+                line, width = [], 0
+            line.append(ch)
+            width += w
+        lines.append("".join(line))
+    return "\n".join(lines[-rows:])
+
+
 class LineEditor:
     """Reads lines from a terminal with prompt_toolkit; `read()` inside `async with editor.open()`.
 
@@ -59,6 +83,7 @@ class LineEditor:
         self._session = None
         self._thinking = 0
         self._frame = 0
+        self._draft: str | None = None
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[LineEditor]:
@@ -98,7 +123,7 @@ class LineEditor:
             # Not prompt_toolkit's loop exception handler: it takes the terminal over with "Press
             # ENTER to continue" for any stray error of any task, eating the keys typed meanwhile.
             # The process's own handler logs them (bot/logs.py).
-            return await self._session.prompt_async(self.prompt, rprompt=self._rprompt, set_exception_handler=False)
+            return await self._session.prompt_async(self._message, rprompt=self._rprompt, set_exception_handler=False)
         except (EOFError, KeyboardInterrupt):
             return None
 
@@ -153,6 +178,19 @@ class LineEditor:
 
     def _rprompt(self) -> str:
         return f"{SPINNER[self._frame % len(SPINNER)]} thinking…" if self._thinking else ""
+
+    # --- the reply being written --------------------------------------------------------------
+    def show_draft(self, text: str | None) -> None:
+        """Show `text` (the reply so far) above the prompt, in place of the last; None: none."""
+        self._draft = text or None
+        self.redraw()
+
+    def _message(self) -> str:
+        if self._draft is None or self._session is None:
+            return self.prompt
+        size = self._session.app.output.get_size()
+        # What fits above the prompt: its last lines, as the terminal would wrap them.
+        return draft_tail(self._draft, size.columns, max(1, size.rows - 2)) + "\n" + self.prompt
 
     def redraw(self) -> None:
         session = self._session

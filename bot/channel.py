@@ -1,6 +1,7 @@
 """The Channel protocol every adapter implements, the callback it hands messages to, and the
 optional start-up hooks the composition root (bot.app) fills in: who hears of channel trouble,
-who stops a reply the person cancelled, and the command menu a platform can show."""
+who stops a reply the person cancelled, and the command menu a platform can show; and the
+optional capabilities a channel may have (a reply shown while it is written, media, health)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,49 @@ class CancelsReplies(Protocol):
     The message stays as said (in memory, in the session); only the reply is dropped."""
 
     on_cancel: CancelHook | None
+
+
+# Reply.extra keys the outbox sets on a reply's parts when a draft of it was shown (ShowsDrafts):
+# the handle of the draft message this part replaces, and (on the last part) the handles of draft
+# messages the finished reply no longer needs, space-separated.
+DRAFT = "draft"
+DRAFT_DROP = "draft_drop"
+
+
+@runtime_checkable
+class Draft(Protocol):
+    """A reply shown while the model writes it (`ShowsDrafts.open_draft`)."""
+
+    # The least time between two `show`s (the platform's edit rate): what comes meanwhile is shown together.
+    interval: float
+    # The platform's ids of the messages shown so far, in order: recorded durably as they appear,
+    # handed back to `open_draft` after a restart, and replaced by the reply's parts (DRAFT).
+    handles: Sequence[str]
+
+    async def show(self, text: str) -> None:
+        """The reply so far, whole (redacted markdown). It may be shorter than, or differ from, the
+        last one shown (a retry writes the answer again). Raises ChannelError: nothing more is
+        shown of this draft then; the reply still comes through `send`."""
+        ...
+
+    async def drop(self) -> None:
+        """Nothing will be sent for this turn (the person cancelled it): take the draft away."""
+        ...
+
+
+@runtime_checkable
+class ShowsDrafts(Protocol):
+    """A channel that shows a reply growing while it is written: a terminal prints it, Telegram
+    edits one message. The reply itself still comes through `send`, from the outbox, and must
+    replace the draft: a part with `extra[DRAFT]` replaces that message instead of sending another
+    (and removes those in `extra[DRAFT_DROP]`); a channel whose drafts have no handles (a terminal)
+    replaces the chat's draft when its `send` comes."""
+
+    def open_draft(self, reply: Reply, handles: Sequence[str] = ()) -> Draft | None:
+        """A draft of `reply` (its address; the text comes through `Draft.show`), or None where this
+        chat shows none. `handles`: what a previous run showed of this reply before it stopped
+        mid-stream; the draft goes on in those messages instead of sending new ones."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

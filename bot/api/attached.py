@@ -8,8 +8,12 @@ same memory space, as `memgate chat --user NAME` without a gateway) in a convers
 (channel "api", chat `KEYID@attached`: the key's space, as bot.access.policy decides). Either way it
 goes through the inbox, the queue, access, the agent and capture like
 every message, and its reply through the outbox to `send` here, which hands it to the listening
-clients as an event. When the gateway itself reads a terminal (`memgate run` in one), that
-terminal's conversations are passed through to it unchanged.
+clients as an event. While the reply is written, its text so far goes to them as `draft` events
+(bot.channel.ShowsDrafts): {"type": "draft", "reply_to", "from", "text"} means "the reply so far
+is what you have up to character `from`, then `text`"; `"dropped": true` takes it away (cancelled).
+The `reply` event that follows is the finished reply, which replaces the draft. When the gateway
+itself reads a terminal (`memgate run` in one), that terminal's conversations are passed through
+to it unchanged.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from bot.channel import Channel, HasLocalCommands, InboundHandler, ReportsHealth
+from bot.channel import Channel, Draft, HasLocalCommands, InboundHandler, ReportsHealth, ShowsDrafts
 from bot.errors import ChannelError
 from bot.message import Message, Reply
 
@@ -28,8 +33,10 @@ log = logging.getLogger(__name__)
 
 ATTACHED_SUFFIX = "@attached"
 # One client that stops reading must not hold the gateway's memory: past this many undelivered
-# events it is cut off (its terminal says the line to the gateway broke).
+# events it is cut off (its terminal says the line to the gateway broke). A reply's draft events
+# waiting in a row are merged into one, so a slow client never falls behind a draft.
 MAX_PENDING_EVENTS = 256
+DRAFT_INTERVAL = 0.05  # seconds between two draft events of one reply (what comes meanwhile goes together)
 LEAVE_HELP = "/quit, /exit, quit, Ctrl-D, Ctrl-C on an empty line: leave the terminal chat"  # adapters/console.py says the same
 
 
@@ -39,21 +46,65 @@ def attached_chat(user: str) -> str:
 
 
 class Listener:
-    """One attached client's stream of events (replies, typing), read by its HTTP response."""
+    """One attached client's stream of events (replies, drafts, typing), read by its HTTP response."""
 
     def __init__(self, chat_id: str) -> None:
         self.chat_id = chat_id
-        self.events: asyncio.Queue[dict | None] = asyncio.Queue()
+        self._events: deque[dict | None] = deque()
+        self._ready = asyncio.Event()
         self.cut = False
 
     def put(self, event: dict | None) -> None:
         if self.cut:
             return
-        if self.events.qsize() >= MAX_PENDING_EVENTS:
-            self.cut = True
-            self.events.put_nowait(None)
+        last = self._events[-1] if self._events else None
+        if (event is not None and last is not None and event.get("type") == last.get("type") == "draft"
+                and event.get("reply_to") == last.get("reply_to") and not last.get("dropped")):
+            self._events[-1] = merge_drafts(last, event)
             return
-        self.events.put_nowait(event)
+        if len(self._events) >= MAX_PENDING_EVENTS:
+            self.cut = True
+            event = None
+        self._events.append(event)
+        self._ready.set()
+
+    async def get(self) -> dict | None:
+        """The next event (None: the stream ends)."""
+        while not self._events:
+            self._ready.clear()
+            await self._ready.wait()
+        return self._events.popleft()
+
+
+def merge_drafts(first: dict, then: dict) -> dict:
+    """One draft event that does what `first` and then `then` did."""
+    if then.get("dropped") or then["from"] <= first["from"]:
+        return then
+    return {**first, "text": first["text"][: then["from"] - first["from"]] + then["text"]}
+
+
+class AttachedDraft:
+    """A reply's draft on the attached clients of its chat: what changed, as `draft` events."""
+
+    interval = DRAFT_INTERVAL
+    handles: Sequence[str] = ()
+
+    def __init__(self, chats: AttachedTerminals, chat_id: str, reply_to: str | None) -> None:
+        self._chats, self._chat_id, self._reply_to = chats, chat_id, reply_to
+        self._sent = ""
+
+    async def show(self, text: str) -> None:
+        same = 0
+        for a, b in zip(self._sent, text):
+            if a != b:
+                break
+            same += 1
+        self._chats.tell(self._chat_id, {"type": "draft", "reply_to": self._reply_to, "from": same, "text": text[same:]})
+        self._sent = text
+
+    async def drop(self) -> None:
+        self._chats.tell(self._chat_id, {"type": "draft", "reply_to": self._reply_to, "from": 0, "text": "",
+                                         "dropped": True})
 
 
 class AttachedTerminals:
@@ -107,6 +158,19 @@ class AttachedTerminals:
         if isinstance(self.local, HasLocalCommands):
             return list(self.local.local_commands())
         return [("quit", LEAVE_HELP), ("exit", "")]
+
+    def open_draft(self, reply: Reply, handles: Sequence[str] = ()) -> Draft | None:
+        """The reply shown while it is written: to the clients attached to its chat, or through to
+        this gateway's own terminal (bot.channel.ShowsDrafts)."""
+        if self._listeners.get(reply.chat_id):
+            return AttachedDraft(self, reply.chat_id, reply.reply_to)
+        if isinstance(self.local, ShowsDrafts) and not reply.chat_id.endswith(ATTACHED_SUFFIX):
+            return self.local.open_draft(reply, handles)
+        return None
+
+    def tell(self, chat_id: str, event: dict) -> None:
+        for listener in self._listeners.get(chat_id, ()):
+            listener.put(event)
 
     async def send(self, reply: Reply) -> None:
         listeners = self._listeners.get(reply.chat_id)

@@ -3,8 +3,10 @@ a gateway instead of opening the database (bot.operator.chat_client is the other
 
     GET  /api/v1/admin/chat/events?user=NAME   NDJSON, one event a line, while the client listens:
          {"type": "attached", "chat", "as", "bot_name", "commands"} first, then {"type": "typing", "on", "message_id"},
-         {"type": "reply", "text", "reply_to", "document"?}, {"type": "ping"} every PING_S, and
-         {"type": "closing"} when the gateway stops.
+         {"type": "draft", "reply_to", "from", "text", "dropped"?} while a reply is written (the reply so far
+         is the text had up to character `from`, then `text`: bot.api.attached), {"type": "reply", "text",
+         "reply_to", "document"?} (the finished reply: it replaces the draft), {"type": "ping"} every PING_S,
+         and {"type": "closing"} when the gateway stops.
     POST /api/v1/admin/chat/messages  {"user", "text", "message_id"} -> 202 once the line is in
          the gateway's inbox (durable), 503 when the store cannot record it (the client keeps the
          line and sends it again, as the in-process terminal does).
@@ -96,7 +98,7 @@ async def events(request: web.Request) -> web.StreamResponse:
                      "commands": list(host.commands)})
         while True:
             try:
-                event = await asyncio.wait_for(listener.events.get(), PING_S)
+                event = await asyncio.wait_for(listener.get(), PING_S)
             except TimeoutError:
                 event = {"type": "ping"}
             if event is None:

@@ -1,7 +1,7 @@
 """`memgate chat` attached to a running gateway (issue 24): this terminal's channel (the console
 adapter cli/run.py builds: line editing, history, spinner, Ctrl-C, Tab) with its lines handed to
-the gateway's API by bot.operator.chat_client and the gateway's events (typing, replies, closing)
-shown on it. The gateway does the turn (inbox, queue, access, agent, capture); this process loads
+the gateway's API by bot.operator.chat_client and the gateway's events (typing, the reply as it is
+written, replies, closing) shown on it. The gateway does the turn (inbox, queue, access, agent, capture); this process loads
 no database, model or LLM library.
 """
 
@@ -39,6 +39,7 @@ async def chat_through(settings: Settings, client, console, key: str | None, *,
         if console.interactive:
             print(banner(settings, console.user, f" through the running gateway at {client.url}"), flush=True)
         thinking: dict[str, AsyncExitStack] = {}
+        drafts: dict[str, tuple[object, str]] = {}   # per line answered: its reply's draft, and its text so far
 
         def reply(text: str, document: Document | None = None) -> Reply:
             return Reply(channel=console.name, chat_id=link.chat, text=text, document=document)
@@ -49,10 +50,25 @@ async def chat_through(settings: Settings, client, console, key: str | None, *,
             except LineRefused as exc:
                 await console.send(reply(f"(not sent: {exc})"))
 
+        async def show_draft(event: dict) -> None:
+            """The reply so far: what this terminal has of it up to `from`, then `text` (bot.api.attached)."""
+            line = event.get("reply_to") or ""
+            draft, text = drafts.get(line) or (console.open_draft(reply("")), "")
+            if event.get("dropped"):
+                drafts.pop(line, None)
+                await draft.drop()
+                return
+            text = text[: int(event.get("from") or 0)] + str(event.get("text") or "")
+            drafts[line] = (draft, text)
+            await draft.show(text)
+
         async def show() -> str:
             async for event in link.events():
                 kind = event.get("type")
-                if kind == "reply":
+                if kind == "draft":
+                    await show_draft(event)
+                elif kind == "reply":
+                    drafts.pop(event.get("reply_to") or "", None)   # the console puts the reply in its place
                     doc = event.get("document")
                     await console.send(reply(event.get("text", ""), doc and Document(
                         doc["filename"], base64.b64decode(doc["data"]))))

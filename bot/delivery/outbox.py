@@ -27,8 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 
-from bot.channel import Channel
+from bot.channel import DRAFT, DRAFT_DROP, Channel
 from bot.delivery.cluster import Cluster
+from bot.delivery.drafts import DRAFT_MIGRATIONS, take_draft
 from bot.delivery.inbox import Inbox, InboxStatus
 from bot.errors import ChannelError, StoreWriteError
 from bot.message import Document, Image, Reply
@@ -63,6 +64,7 @@ OUTBOX_MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    *DRAFT_MIGRATIONS,  # what was shown of a reply while it was written (bot.delivery.drafts)
 )
 
 
@@ -140,6 +142,21 @@ def reply_from_json(text: str) -> Reply:
     return Reply(**data)
 
 
+def with_draft(parts: Sequence[Reply], handles: Sequence[str]) -> list[Reply]:
+    """The parts, each text part in turn replacing one message of the reply's draft (DRAFT); the
+    draft messages left over are removed with the last part (DRAFT_DROP)."""
+    if not handles:
+        return list(parts)
+    out, left = [], list(handles)
+    for part in parts:
+        if left and part.document is None and part.image is None:
+            part = replace(part, extra={**part.extra, DRAFT: left.pop(0)})
+        out.append(part)
+    if left:
+        out[-1] = replace(out[-1], extra={**out[-1].extra, DRAFT_DROP: " ".join(left)})
+    return out
+
+
 FORGOTTEN = "[forgotten]"
 # The outbox's writers, serialised apart from memory's (see PgStore.write); a reply put marks
 # its inbox message in the same transaction (row locks keep the two serials apart safely).
@@ -194,6 +211,9 @@ class Outbox:
         """Queue a reply inside the caller's write (of serial OUTBOX_WRITES): what made it due (a
         reminder claimed) commits with it or not at all, so it is queued exactly once."""
         parts = self.split(redact_reply(reply, known_secrets))
+        if inbox_seq is not None:
+            # What was shown of this reply while it was written is replaced by it (bot.delivery.drafts).
+            parts = with_draft(parts, take_draft(con, inbox_seq))
         now = utc_naive(self.clock())
         reply_id = uuid.uuid4().hex
         first = con.execute("SELECT coalesce(max(seq), 0) + 1 FROM outbox").fetchone()[0]
@@ -232,10 +252,15 @@ class Outbox:
                 con.execute("UPDATE outbox SET reply = ? WHERE seq = ?", [reply_to_json(replace(reply, text=scrubbed)), seq])
 
     def prune(self, older_than: datetime) -> int:
-        """Drop receipts of parts finished before `older_than`."""
+        """Drop receipts of parts finished before `older_than` (and drafts no reply took by then)."""
         cutoff = utc_naive(older_than)
-        return len(self.store.write(lambda c: c.execute(
-            "DELETE FROM outbox WHERE status IN ('sent', 'failed') AND done_at < ? RETURNING seq", [cutoff]).fetchall(), serial=OUTBOX_WRITES))
+
+        def write(con: Conn) -> int:
+            con.execute("DELETE FROM reply_drafts WHERE updated_at < ?", [cutoff])
+            return len(con.execute("DELETE FROM outbox WHERE status IN ('sent', 'failed') AND done_at < ? RETURNING seq",
+                                   [cutoff]).fetchall())
+
+        return self.store.write(write, serial=OUTBOX_WRITES)
 
     # --- delivering --------------------------------------------------------------------------
     async def start(self) -> None:

@@ -1,11 +1,14 @@
 """`memgate chat`'s line to a running gateway (issue 24): one more client of its API, over the
 admin routes in bot.api.routes_chat. `ChatLink` opens the event stream of a terminal user's
 attached conversation, hands lines in (202 once they are in the gateway's inbox) and yields the
-gateway's events: typing while the agent works, each reply, the gateway closing.
+gateway's events: typing while the agent works, each reply as it is written and when it is
+finished, the gateway closing.
 
-Replies arrive whole, not token by token: a reply is stored in the gateway's outbox (and the
-secrets of the message it answers scrubbed from it) before it is sent anywhere, so nothing is
-shown that a crash could take back; the spinner shows the turn is under way meanwhile.
+A reply is shown as it is written: `draft` events carry its text so far (each says how much of
+what came before stays, then what follows), with the secrets of the message it answers, and
+anything that could still become a secret, held back (memory.redaction.redact_growing). The
+`reply` event that follows is the finished reply, stored in the gateway's outbox first; it
+replaces the draft.
 
 Async (the terminal's line editor runs on an event loop); aiohttp only, no database, model or LLM
 library.

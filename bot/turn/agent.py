@@ -51,6 +51,9 @@ class TurnRequest:
     # Set when the person asks to stop the reply (the terminal's Ctrl-C): the model's work is
     # dropped, what they said is captured all the same.
     cancel: asyncio.Event | None = None
+    # Given the reply so far while the model writes it (the gateway shows it: bot.delivery.drafts).
+    # What is finally sent is `TurnResult.reply`, which replaces whatever was shown.
+    on_text: Callable[[str], None] | None = None
 
 
 @dataclass(slots=True)
@@ -166,7 +169,8 @@ class Agent:
         llm_ms = 0.0
         try:
             reply, tool_msgs, llm_ms = await unless_cancelled(
-                asyncio.wait_for(self._loop(messages, ctx), timeout=self.settings.turn_timeout), req.cancel)
+                asyncio.wait_for(self._loop(messages, ctx, self._shown_while_written(req)),
+                                 timeout=self.settings.turn_timeout), req.cancel)
             reply = cap_reply(reply, self.settings.max_reply_chars)
             captured_msgs += tool_msgs
         except TurnCancelled:
@@ -257,8 +261,27 @@ class Agent:
 
         return replace(ctx, propose=propose)
 
-    async def _loop(self, messages: list[dict], ctx: ToolContext) -> tuple[str, list[TurnMessage], float]:
-        """Up to max_tool_rounds rounds of tool calls, then a final answer without tools."""
+    def _shown_while_written(self, req: TurnRequest) -> Callable[[str], None] | None:
+        """What of the reply being written goes to `req.on_text`: as the finished reply will be,
+        without the leading picture descriptions (held back until they are written) and cut at
+        max_reply_chars."""
+        on_text, limit = req.on_text, self.settings.max_reply_chars
+        if on_text is None:
+            return None
+
+        def show(text: str) -> None:
+            if req.images:
+                if text.lstrip().startswith("[") and "\n" not in text.lstrip():
+                    return  # maybe a description still being written
+                text = take_descriptions(text)[0]
+            on_text(text[:limit])
+
+        return show
+
+    async def _loop(self, messages: list[dict], ctx: ToolContext,
+                    on_text: Callable[[str], None] | None = None) -> tuple[str, list[TurnMessage], float]:
+        """Up to max_tool_rounds rounds of tool calls, then a final answer without tools. Each
+        round's text goes to `on_text` as it is written (a round that calls tools mostly has none)."""
         tool_msgs: list[TurnMessage] = []
         llm_ms = 0.0
         others_visible = set(ctx.space_ids) - set(ctx.own_spaces)
@@ -266,7 +289,7 @@ class Agent:
             use_tools = round_no < self.settings.max_tool_rounds
             t = time.perf_counter()
             schemas = self.tools.schemas_for(ctx) if use_tools else None
-            result = await self.llm.complete(messages, purpose="reply", tools=schemas)
+            result = await self.llm.complete(messages, purpose="reply", tools=schemas, on_text=on_text)
             llm_ms += (time.perf_counter() - t) * 1000
             if not result.tool_calls or not use_tools:
                 return result.content.strip() or "…", tool_msgs, llm_ms

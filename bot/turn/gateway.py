@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from bot.access.policy import Access, Allowed, Refused
 from bot.channel import Channel, OneReceiver, ReportsHealth
 from bot.delivery.cluster import Cluster
+from bot.delivery.drafts import Drafts
 from bot.delivery.inbox import Inbox, InboxEntry, platform_key
 from bot.delivery.outbox import Outbox, OutboxSettings
 from bot.errors import ChannelError, StoreError, StoreWriteError
@@ -110,6 +111,7 @@ class Gateway:
         # Retries are due in real time, whatever clock the tests move.
         self.outbox = Outbox(store, self.channels, clock=wall_clock, settings=outbox_settings, observer=self.observer,
                              cluster=self.cluster)
+        self.drafts = Drafts(store, clock=wall_clock)  # replies shown while they are written
         self.queues = ConversationQueues(self._process, held=self._held, retry_every=self.settings.storage_retry)
         self._told_storage_down: set[str] = set()
         # Per conversation: the first message the inbox could not record (platform key, when), so a
@@ -321,7 +323,7 @@ class Gateway:
             return
         outcome: list[TurnOutcome] = ["command"]  # _handle says "answered" or "failed" when the agent ran
         try:
-            out = await self._handle(msg, decision, outcome)
+            out = await self._handle(msg, decision, outcome, entry.seq)
         except StoreWriteError:
             raise
         except Exception:
@@ -343,8 +345,9 @@ class Gateway:
         self.observer.on_turn(msg.channel, outcome[0], time.perf_counter() - started)
 
     # --- one message -----------------------------------------------------------------------
-    async def _handle(self, msg: Message, allowed: Allowed, outcome: list[TurnOutcome]) -> str | Reply | Waiting | None:
-        """The answer to one message (None: nothing to say); an agent turn sets outcome[0]."""
+    async def _handle(self, msg: Message, allowed: Allowed, outcome: list[TurnOutcome],
+                      seq: int) -> str | Reply | Waiting | None:
+        """The answer to one message `seq` (None: nothing to say); an agent turn sets outcome[0]."""
         # Voice notes, files and (for a model that sees) photos are read for the agent (bot/media).
         reads_media = self.media is not None and self.agent is not None and self.media.reads(msg)
         if msg.kind is not Kind.TEXT and not msg.text.strip() and not reads_media:
@@ -368,6 +371,11 @@ class Gateway:
         # From here on the person sees "typing" and may stop the reply (the terminal's Ctrl-C): a
         # cancel that comes before the model is asked stops the turn as soon as the agent starts.
         cancel = self._cancels[msg.conversation_key] = asyncio.Event()
+        # The reply is shown while it is written where the channel can (bot.delivery.drafts); the
+        # finished reply still goes through the outbox and replaces what was shown.
+        draft = self.drafts.start(channel, self._reply_for(msg, ""), seq=seq, conversation_key=msg.conversation_key,
+                                  known_secrets=find_secrets(msg.text))
+        result: TurnResult | None = None
         try:
             # Fetching and transcribing take time too: the person sees "typing" from here on.
             async with (channel.typing(msg) if channel is not None else nullcontext()):
@@ -382,11 +390,13 @@ class Gateway:
                 req = TurnRequest(text=attached.text, turn_id=f"{msg.conversation_key}:{msg.message_id or id(msg)}:{msg.timestamp.timestamp()}",
                                   session_id=session.session_id, history=tuple(history), ctx=ctx, channel=msg.channel,
                                   speaker=msg.sender_name or None, images=attached.images, documents=attached.documents,
-                                  cancel=cancel)
+                                  cancel=cancel, on_text=draft.update if draft is not None else None)
                 result = await self.agent.run(req)
         finally:
             if self._cancels.get(msg.conversation_key) is cancel:
                 del self._cancels[msg.conversation_key]
+            if draft is not None:
+                await (draft.drop() if result is not None and result.cancelled else draft.finish())
         outcome[0] = "cancelled" if result.cancelled else "failed" if result.failed else "answered"
         if self.on_turn is not None:
             self.on_turn(result)
