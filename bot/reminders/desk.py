@@ -8,6 +8,7 @@ message (bot.channel.LimitsReplies) has its reminders set for later answered wit
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -58,11 +59,13 @@ class ReminderDesk:
             await self.store.note_dm(space_id, address)
         zone = await self.zone(space_id)
         now = self.clock()
+        # In a thread: a phrase our rules do not read goes to dateparser, whose first use imports it
+        # (seconds on a busy machine), which must not hold the event loop.
         if text is not None:
-            parsed = parse_reminder(text, now, zone)
+            parsed = await asyncio.to_thread(parse_reminder, text, now, zone)
             lang = lang_of(text)
         else:
-            parsed = parse_when(when or "", now, zone)
+            parsed = await asyncio.to_thread(parse_when, when or "", now, zone)
             if isinstance(parsed, Understood):
                 parsed = Understood(parsed.schedule, parsed.when, (what or "").strip())
             else:

@@ -19,6 +19,7 @@ process, never asks again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable
@@ -48,6 +49,11 @@ _EN_OK = re.compile(r"^(?:(?:next|this|coming)\s+)?(?:monday|tuesday|wednesday|t
 _PAST = re.compile(r"\b(?:went|was|were|did|had|yesterday|last|ago)\b|昨天|前天|上周|上个?星期")
 
 
+# Where a day piece may start (what bot.reminders.phrases.read_day reads first).
+_STARTS = re.compile(r"\d|next|this|coming|the|day|tomorrow|tmr|today|tonight|mon|tue|wed|thu|fri|sat|sun|jan|feb|"
+                     r"mar|apr|may|jun|jul|aug|sep|oct|nov|dec|[今明后大下这本周星礼〇零一二三四五六七八九十]")
+
+
 def quiet_window(spec: str) -> tuple[time, time]:
     """"22:00-08:00" -> (22:00, 08:00)."""
     start, end = spec.split("-")
@@ -67,7 +73,8 @@ def event_day(text: str, said_at: datetime, zone: ZoneInfo) -> date | None:
     if _PAST.search(s):
         return None  # "I went there on Monday": told, not planned
     said = said_at.astimezone(zone).date()
-    for i in range(len(s)):
+    for m in _STARTS.finditer(s):  # only where a day piece can begin: cheap on text with none
+        i = m.start()
         if i and s[i - 1].isascii() and s[i - 1].isalnum():
             continue  # inside an English word
         p = Parts()
@@ -159,16 +166,22 @@ class FollowUps:
         asked_days, rows = await self.store.aread(read)
         if asked_days is None:
             return False  # one a day
-        best: Question | None = None
-        for mid, text, created in rows:
-            day = event_day(text, created if created.tzinfo else created.replace(tzinfo=ZoneInfo("UTC")), zone)
-            if day is None or day in asked_days or not (local.date() - self.within <= day < local.date()):
-                continue
-            if best is None or day > best.day:
-                best = Question(space, mid, day, question_text(text, day))
+        # Scanning up to MAX_SCANNED texts is CPU work: in a thread, off the event loop.
+        best = await asyncio.to_thread(self._pick, space, rows, asked_days, zone, local.date())
         if best is None:
             return False
         return await self.store.awrite(lambda c: self._ask(c, best, dm, day_start), serial=OUTBOX_WRITES)
+
+    def _pick(self, space: str, rows: list, asked_days: set, zone: ZoneInfo, today: date) -> Question | None:
+        """The plan to ask about: over, within `within`, not asked; the most recent one."""
+        best: Question | None = None
+        for mid, text, created in rows:
+            day = event_day(text, created if created.tzinfo else created.replace(tzinfo=ZoneInfo("UTC")), zone)
+            if day is None or day in asked_days or not (today - self.within <= day < today):
+                continue
+            if best is None or day > best.day:
+                best = Question(space, mid, day, question_text(text, day))
+        return best
 
     def _ask(self, con: Conn, q: Question, dm: Address, day_start: datetime) -> bool:
         # Checked again where it is written: still remembered (not forgotten meanwhile), none asked today.
