@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bot.access.linking import LINKING_MIGRATIONS, Linking
+from bot.access.linking import LINKING_ERASE, LINKING_MIGRATIONS, Linking
 from bot.access.pairing import Pairing
 from bot.access.policy import Access
-from bot.access.schema import ACCESS_MIGRATIONS
+from bot.access.schema import ACCESS_ERASE, ACCESS_MIGRATIONS
 from bot.channel import CancelsReplies, Channel, HasLocalCommands, ReportsTrouble, ShowsCommandMenu
-from bot.delivery.inbox import INBOX_MIGRATIONS
-from bot.delivery.outbox import OUTBOX_MIGRATIONS, Outbox, OutboxSettings
+from bot.delivery.inbox import INBOX_ERASE, INBOX_MIGRATIONS
+from bot.delivery.outbox import OUTBOX_ERASE, OUTBOX_MIGRATIONS, Outbox, OutboxSettings
 from bot.media.setup import media_reader
 from bot.model_servers import down_hint, routed_model, shown_address
 from bot.observe import Observers
@@ -36,9 +36,10 @@ from bot.turn.sessions import SESSION_MIGRATIONS, Sessions
 from bot.turn.reminder_wiring import wire_reminders
 from bot.turn.task_wiring import TaskHost, wire_tasks
 from bot.turn.tools import ToolBox
-from bot.usage import USAGE_MIGRATIONS, UsageRecorder
+from bot.usage import USAGE_ERASE, USAGE_MIGRATIONS, UsageRecorder
 from memory.embed import Embedder, LiteLLMEmbedder, LocalE5Embedder
 from memory.engine import MemoryEngine
+from memory.erase import EraseRules
 from memory.ingest.capture import pending_count
 from memory.ingest.settings import IngestSettings
 from memory.llm import LiteLLM, LLMSettings, set_offline_env
@@ -75,6 +76,17 @@ def make_llm(settings: Settings, recorder: UsageRecorder | None, *, memory: bool
                                timeout=c.timeout, retries=c.retries, temperature=c.temperature,
                                max_tokens=c.max_tokens, first_token_timeout=None if memory else c.first_token_timeout,
                                retry_outages=memory), sink=recorder.add if recorder else None)
+
+
+def erase_rules() -> EraseRules:
+    """What an erase reaches in every layer's tables besides those with a `space_id` (memory.erase)."""
+    from bot.api.jobs import JOB_ERASE
+    from bot.scheduler import SCHEDULER_ERASE
+
+    from bot.delivery.drafts import DRAFT_ERASE
+
+    # Dependents go in this order, each before the rows it is found through.
+    return ACCESS_ERASE + LINKING_ERASE + DRAFT_ERASE + INBOX_ERASE + OUTBOX_ERASE + USAGE_ERASE + JOB_ERASE + SCHEDULER_ERASE
 
 
 def open_store(settings: Settings, extra: Sequence = ()) -> Store:
@@ -273,6 +285,9 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
     engine.add_forget_hook(Outbox.scrub_forgotten)
     # Before the menus: /remind is on them. Started in App.__aenter__, after the channels.
     extras.update(wire_reminders(settings.reminders, store, clock, gateway, commands, tools))
+    # An erase reaches every layer's tables, and the people it removed leave the identity cache.
+    engine.erase_rules = erase_rules()
+    engine.erase_hooks.append(access.drop_cached)
     for ch in channels:
         gateway.add_channel(ch)
         # A channel in trouble (a lost login, replies refused) tells the owner, on another channel if need be.

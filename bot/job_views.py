@@ -63,6 +63,26 @@ def format_interval(interval: timedelta | None) -> str:
     return f"every {s}s"
 
 
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """The turns waiting to become memory, as /healthz and `memgate jobs` report them."""
+
+    waiting: int
+    oldest: datetime | None         # when the oldest waiting turn was captured (naive UTC)
+    now: datetime
+
+
+def format_queue(q: QueueStatus) -> str:
+    """'Ingest queue: 3 turns waiting to become memory, the oldest 2h05m old.'"""
+    if not q.waiting:
+        return "Ingest queue: no turn waiting to become memory."
+    age = ""
+    if q.oldest is not None:
+        now = q.now.astimezone(UTC).replace(tzinfo=None) if q.now.tzinfo is not None else q.now
+        age = f", the oldest {format_duration(max(0.0, (now - q.oldest).total_seconds()))} old"
+    return f"Ingest queue: {q.waiting} turn{'' if q.waiting == 1 else 's'} waiting to become memory{age}."
+
+
 def format_jobs(statuses: Sequence[JobStatus]) -> str:
     """`memgate jobs` and /jobs: each job's schedule, last run, duration, next run and last error."""
     if not statuses:
@@ -72,7 +92,8 @@ def format_jobs(statuses: Sequence[JobStatus]) -> str:
         state = "running" if j.running else ("failed" if j.last_error else ("ok" if j.last_run else "not run yet"))
         head = f"- {j.name} ({format_interval(j.interval)})" if j.interval else f"- {j.name}"
         lines.append(f"{head}: {state}; last {_when(j.last_run)} took {format_duration(j.duration_s)}; "
-                     f"next {_when(j.next_run)}; runs {j.runs}, failures {j.failures}")
+                     f"next {_when(j.next_run) if j.next_run is not None else 'when a gateway runs'}; "
+                     f"runs {j.runs}, failures {j.failures}")
         if j.last_error:
             lines.append(f"    error: {trim(j.last_error, 200)}")
     return "\n".join(lines)

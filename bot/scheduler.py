@@ -25,6 +25,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.errors import ConfigError, StoreError
 from bot.job_views import JobStatus, format_duration, format_interval, format_jobs  # noqa: F401 (re-exported)
+from memory.erase import EraseRules, Kept
 from memory.store.connection import Conn, Migration, Store
 from memory.store.locks import LockSpace, lock_key
 from memory.store.rows import utc_naive
@@ -49,6 +50,7 @@ SCHEDULER_MIGRATIONS: tuple[Migration, ...] = (
         """,
     ),
 )
+SCHEDULER_ERASE = EraseRules(kept=(Kept("scheduler_jobs", "when each background job ran: no one's words"),))
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +251,11 @@ class Scheduler:
         log.info("job %s finished in %.2fs%s", name, duration, " with an error" if error else "")
 
     # --- status ------------------------------------------------------------------------------
+    @property
+    def specs(self) -> list[JobSpec]:
+        """The jobs this scheduler runs (their names and intervals, for `memgate jobs` offline)."""
+        return list(self._specs.values())
+
     def status(self) -> list[JobStatus]:
         """Every job's last run, duration, error, next run (in clock time) and whether it runs now."""
         now = self._clock()

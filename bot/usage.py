@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from memory.erase import EraseRules, Kept
 from memory.llm import USAGE_SPACE
 from memory.store.connection import Store
 from memory.store.rows import utc_naive
@@ -34,6 +35,9 @@ USAGE_MIGRATIONS = (Migration(520, "llm usage per space", """
         recall_ms DOUBLE NOT NULL
     );
 """))
+# What was spent stays after an erase (counts only: no words are recorded here).
+USAGE_ERASE = EraseRules(kept=(Kept("llm_usage_space", "tokens spent per call: counts, no words"),
+                               Kept("turn_usage", "tokens injected per turn: counts, no words")))
 
 
 class UsageRecorder:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from memory.erase import EraseCounts, EraseRules
 from memory.forget import ForgetHook, ForgetResult
 from memory.forget import forget as forget_everywhere
 from memory.ingest.capture import CapturedTurn, capture
@@ -46,11 +47,16 @@ class MemoryEngine:
         self.embedder = embedder
         self.llm = llm
         self.clock = clock or (lambda: datetime.now(UTC))
+        self.data_dir = Path(data_dir) if data_dir is not None else None
         if data_dir is not None:
             set_jieba_cache_dir(Path(data_dir) / "cache")
         self.recaller = Recaller(store, embedder, recall_settings, clock=self.clock)
         self.worker = IngestWorker(store, embedder, llm, clock=self.clock, settings=ingest_settings, on_ingested=on_ingested)
         self.forget_hooks: list[ForgetHook] = []
+        # What an erase reaches beyond memory's tables: the layers' tables (their rules) and, after
+        # the transaction, their caches and files (hooks called with the erased spaces and their texts).
+        self.erase_rules = EraseRules()
+        self.erase_hooks: list[Callable[[Sequence[str], Sequence[str]], None]] = []
         attach_rewrites(store)                     # a rewrite a crash left undone is finished now
         self.rewrites = BackgroundRewrite(store)  # a forget's text leaves the file a little later
 
@@ -176,6 +182,44 @@ class MemoryEngine:
         if result.forgotten:
             self.rewrites.soon()
         return result
+
+    async def erase_counts(self, space_ids: Sequence[str]) -> EraseCounts:
+        """What an erase of the spaces would remove (facts, messages, tasks, skills, reminders)."""
+        from memory.erase import counts
+
+        got = await self.store.aread(lambda c: [counts(c, s) for s in space_ids])
+        return EraseCounts(facts=sum(g.facts for g in got), messages=sum(g.messages for g in got),
+                           tasks=sum(g.tasks for g in got), skills=sum(g.skills for g in got),
+                           reminders=sum(g.reminders for g in got))
+
+    async def erase(self, space_ids: Sequence[str]) -> EraseCounts:
+        """Erase the spaces: every row of every table (memory/erase.py), their vectors, SKILL.md
+        files and keyword postings, what the layers above registered, then the file rewritten at
+        once so no word stays on disk. The one path for /forget everything, the CLI, the API and MCP."""
+        import shutil
+
+        from memory.erase import erase_spaces, said_texts
+        from memory.store.compact import finish_pending
+        from memory.store.vectors import cache_for
+        from memory.tasks.skill_files import safe_component
+
+        spaces = list(dict.fromkeys(space_ids))
+        rules = self.erase_rules
+
+        def write(con: Conn) -> tuple[EraseCounts, list[str]]:
+            texts = said_texts(con, spaces)
+            return erase_spaces(con, spaces, rules), texts
+
+        done, texts = await self.store.awrite(write)
+        await asyncio.to_thread(cache_for(self.store).refile, spaces, drop=True)
+        if self.data_dir is not None:
+            for s in spaces:
+                await asyncio.to_thread(shutil.rmtree, self.data_dir / "skills" / safe_component(s), True)
+        for hook in self.erase_hooks:
+            hook(spaces, texts)
+        await asyncio.to_thread(finish_pending, self.store)
+        log.info("erased %d space(s): %s", len(spaces), ", ".join(f"{n} {t}" for t, n in done.rows.items()))
+        return done
 
     def add_forget_hook(self, hook: ForgetHook) -> None:
         """Let a layer above scrub its own tables of forgotten text (in the forget's transaction)."""

@@ -1,4 +1,5 @@
-"""The export format (one JSON object per line) and an import that is safe to repeat.
+"""The export formats (one JSON object per line, or a Markdown list to read) and an import that is
+safe to repeat.
 
 Import keeps ids, so running it twice, or again after it was killed half-way, adds nothing the
 first run added: a row whose id is already in the target space is skipped. A row whose id
@@ -25,6 +26,18 @@ from memory.text import normalize, trim
 EmbedFn = Callable[[Sequence[str]], np.ndarray]
 KINDS = ("chunk", "fact", "task", "skill")
 PUBLIC = "public"
+
+
+def markdown_head(space_id: str) -> str:
+    """The first line of a Markdown export."""
+    return f"# Memories of {space_id}\n\n"
+
+
+def markdown_line(d: dict) -> str:
+    """One exported row (`MemoryEngine.export_rows`) as a Markdown list item, its id in a comment."""
+    tags = f" `{'` `'.join(d['tags'])}`" if d["tags"] else ""
+    return (f"- **{d['kind']}** {d['created_at'][:10]}{' (pinned)' if d['pinned'] else ''}{tags}: "
+            f"{d['text'].replace(chr(10), ' ')} <!-- {d['id']} -->\n")
 
 
 class ExportRow(BaseModel):

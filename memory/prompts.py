@@ -169,6 +169,11 @@ MCP_FORGET = (
     "Forget a memory by its id, everywhere it is kept. Only when the person asks you to forget something; "
     "search first to find the id."
 )
+MCP_ERASE = (
+    "Erase everything this memory keeps about the person, for good: every fact, message, task, skill and reminder, "
+    "and their sign-in. Only when the person explicitly asks to erase all of it. Without confirm it erases nothing "
+    "and says what would go; it erases only when confirm is exactly \"{phrase}\"."
+)
 MCP_TIMELINE = "Show the conversation messages around a memory in its original session (what was said before and after)."
 MCP_PULSE = "Memory Pulse: how many memories were kept per day over the last 7 or 30 days, with top categories and tags."
 MCP_REMIND = ("Set a reminder the bot sends to this person's chat: 'when' in their words or as local ISO time ('in 10 "

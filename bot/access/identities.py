@@ -172,6 +172,11 @@ class Identities:
             self._cache = {k: v for k, v in self._cache.items() if v is not None}
         self._cache[key or ident.key] = ident
 
+    def drop_cached(self, *_: object) -> None:
+        """Forget every cached lookup (identities were removed behind this object: an erase)."""
+        self._generation += 1
+        self._cache.clear()
+
     async def write(self, fn: Callable[[Conn], object]):
         """Run `fn` in one store transaction and drop the identity cache (it may have changed)."""
         try:

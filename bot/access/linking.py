@@ -29,7 +29,9 @@ from typing import Literal
 from bot.access.codes import normalize_code
 from bot.access.identities import AccessError, Identity, Role
 from bot.access.policy import Access
+from bot.access.schema import IDENTITY_OF_SPACE
 from bot.message import Message
+from memory.erase import Dependent, EraseRules
 from memory.store.connection import Conn, Migration
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,13 @@ LINKING_MIGRATIONS: tuple[Migration, ...] = (
         """,
     ),
 )
+
+# An erased person's offers (as issuer or claimant) and attempts go with them.
+LINKING_ERASE = EraseRules(dependents=(
+    Dependent("link_offers", IDENTITY_OF_SPACE.format(t="link_offers") + " OR EXISTS (SELECT 1 FROM identities i "
+              "WHERE i.space_id = $space AND i.channel = link_offers.claimant_channel AND i.external_id = link_offers.claimant_id)"),
+    Dependent("link_attempts", IDENTITY_OF_SPACE.format(t="link_attempts")),
+))
 
 _ATTEMPT_WINDOW = timedelta(hours=1)
 DM_ONLY_TEXT = ("Linking works only in a direct message with me, so no code is ever posted in a group. "

@@ -5,6 +5,7 @@ requests, link codes (migration 200) and the spaces an identity kept when it joi
 
 from __future__ import annotations
 
+from memory.erase import Dependent, EraseRules
 from memory.store.connection import Migration
 
 ACCESS_MIGRATIONS: tuple[Migration, ...] = (
@@ -62,3 +63,13 @@ ACCESS_MIGRATIONS: tuple[Migration, ...] = (
         """,
     ),
 )
+
+
+# What an erase of a person's space reaches here besides the tables with a space_id (identities,
+# kept_spaces: found by memory.erase): the requests and codes of the identities that use it.
+IDENTITY_OF_SPACE = ("EXISTS (SELECT 1 FROM identities i WHERE i.space_id = $space "
+                     "AND i.channel = {t}.channel AND i.external_id = {t}.external_id)")
+ACCESS_ERASE = EraseRules(dependents=(
+    Dependent("pairing_requests", IDENTITY_OF_SPACE.format(t="pairing_requests")),
+    Dependent("link_codes", IDENTITY_OF_SPACE.format(t="link_codes")),
+))

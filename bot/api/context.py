@@ -12,6 +12,7 @@ from aiohttp import web
 from bot.access.policy import Access
 from bot.access.pairing import Pairing
 from bot.access.api_keys import ApiKey, Keys
+from bot.access.erasure import EraseCodes
 from bot.api.attached import AttachedTerminals
 from bot.api.metrics import Metrics
 from bot.api.ratelimit import RateLimiter
@@ -30,6 +31,7 @@ METRICS = web.AppKey("metrics", Metrics)
 CLOCK = web.AppKey("clock", Callable[[], datetime])
 IMPORTS = web.AppKey("imports", set)                 # running import tasks, awaited on cleanup
 INSIGHT_CACHE = web.AppKey("insight_cache", dict)    # (space, limit) -> (space fingerprint, graph JSON)
+ERASE_CODES = web.AppKey("erase_codes", EraseCodes)  # DELETE /api/v1/me's confirmations, per key
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from memory.erase import Dependent, EraseRules
 from memory.store.connection import Conn
 from memory.store.rows import utc_naive
 from memory.store.schema import Migration
@@ -20,6 +21,8 @@ ADMIN_SPACE = "(admin)"  # the space_id of an operator's job that spans spaces (
 JOB_MIGRATIONS = (Migration(540, "api job results", """
     CREATE TABLE api_job_results (job_id VARCHAR PRIMARY KEY, result VARCHAR NOT NULL);
 """),)
+# api_jobs has a space_id (memory.erase finds it); a job's saved result goes with its job.
+JOB_ERASE = EraseRules(dependents=(Dependent("api_job_results", "job_id IN (SELECT id FROM api_jobs WHERE space_id = $space)"),))
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,15 @@ from datetime import datetime, timedelta
 from aiohttp import web
 
 from bot.api.auth import space_of
-from bot.api.context import CLOCK, ENGINE, HOST, IMPORTS, INSIGHT_CACHE
+from bot.access import erasure
+from bot.access.erase_views import GROUPS_STAY, counts_text, plan_json
+from bot.access.identities import AccessError
+from bot.api.context import API_KEY, CLOCK, ENGINE, ERASE_CODES, HOST, IMPORTS, INSIGHT_CACHE
 from bot.api.errors import ApiError
 from bot.api.jobs import finish_job, start_job
 from bot.api.params import TooDeep, loads_bounded, opt_int, opt_time
 from memory.insight import graph
+from memory.portable import markdown_head, markdown_line
 from memory.store.dialect import dialect_of
 from memory.store.pulse import pulse
 from memory.store.rows import new_id, utc_naive
@@ -94,17 +98,40 @@ async def export(request: web.Request) -> web.StreamResponse:
         "Content-Disposition": f'attachment; filename="memories.{"jsonl" if fmt == "jsonl" else "md"}"'})
     await resp.prepare(request)
     if fmt == "markdown":
-        await resp.write(f"# Memories of {space}\n\n".encode())
+        await resp.write(markdown_head(space).encode())
     for d in rows:
-        if fmt == "jsonl":
-            line = json.dumps(d, ensure_ascii=False) + "\n"
-        else:
-            tags = f" `{'` `'.join(d['tags'])}`" if d["tags"] else ""
-            line = f"- **{d['kind']}** {d['created_at'][:10]}{' (pinned)' if d['pinned'] else ''}{tags}: " \
-                   f"{d['text'].replace(chr(10), ' ')} <!-- {d['id']} -->\n"
+        line = json.dumps(d, ensure_ascii=False) + "\n" if fmt == "jsonl" else markdown_line(d)
         await resp.write(line.encode("utf-8"))
     await resp.write_eof()
     return resp
+
+
+@routes.delete("/api/v1/me")
+async def erase_me(request: web.Request) -> web.Response:
+    """Erase the key's own space (write key): every memory, message, task, skill, reminder, file and
+    key of it; the people signing in to it become strangers. Without `?confirm=CODE` nothing is
+    erased: a 409 shows what would go and the code to confirm with (good once, for this key)."""
+    space, engine, key = space_of(request), request.app[ENGINE], request[API_KEY]
+    codes = request.app[ERASE_CODES]
+    place = f"api-key:{key.id}"
+    confirm = request.query.get("confirm", "").strip()
+    if not confirm:
+        try:
+            planned = await erasure.plan(engine, [space])
+        except AccessError as exc:   # the public space is everyone's
+            raise ApiError(400, "bad_request", str(exc)) from None
+        code = codes.issue(place, key.id, planned)
+        return web.json_response({
+            "error": {"code": "confirmation_required",
+                      "message": f"this erases {counts_text(planned)} of this space for good, and this key. "
+                                 f"{GROUPS_STAY} Send DELETE /api/v1/me?confirm={code} within {codes.minutes} minutes."},
+            "erase": plan_json(planned), "confirm": code, "expires_in_s": int(codes.ttl.total_seconds())}, status=409)
+    waiting = codes.take(place, key.id, confirm)
+    if waiting is None:
+        raise ApiError(409, "bad_confirmation", "that code is not waiting for this key (they last "
+                                                f"{codes.minutes} minutes): send DELETE /api/v1/me again for a new one")
+    done = await erasure.erase(engine, waiting, by=f"api key {key.prefix}")
+    return web.json_response({"erased": plan_json(done)})
 
 
 def _parse_jsonl(raw: str) -> list[dict]:

@@ -20,14 +20,18 @@ from bot.api.jobs import ADMIN_SPACE, admin_job, finish_job, save_result, start_
 from bot.access.api_keys import ApiKeyError
 from bot.api.params import body_json, opt_int
 from bot.errors import ConfigError
-from bot.operator.protocol import job_json, key_json, line_json, user_space
+from bot.access.erase_views import plan_json
+from bot.operator.protocol import job_json, key_json, line_json, queue_json, user_space
 from bot.operator.local import (
     chosen_spaces,
+    erase_person,
+    erase_plan,
     export_lines,
     import_file,
     import_target,
     list_lines,
     people,
+    queue_status,
     reembed_all,
     search_lines,
 )
@@ -49,6 +53,37 @@ async def clock(request: web.Request) -> web.Response:
 @routes.get("/api/v1/admin/job-statuses")
 async def job_statuses(request: web.Request) -> web.Response:
     return web.json_response({"jobs": [job_json(j) for j in request.app[HOST].job_statuses()]})
+
+
+@routes.get("/api/v1/admin/queue")
+async def queue(request: web.Request) -> web.Response:
+    """The turns waiting to become memory (`memgate jobs`)."""
+    engine, clock = request.app[ENGINE], request.app[CLOCK]
+    return web.json_response(queue_json(await asyncio.to_thread(queue_status, engine, clock())))
+
+
+@routes.get("/api/v1/admin/erase")
+async def erase_preview(request: web.Request) -> web.Response:
+    """?user=NAME | ?space=ID -> what an erase would remove (nothing is erased)."""
+    try:
+        planned = await erase_plan(request.app[ENGINE], request.app[HOST].access, request.query.get("space"),
+                                   request.query.get("user"))
+    except ConfigError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
+    return web.json_response(plan_json(planned))
+
+
+@routes.post("/api/v1/admin/erase")
+async def erase(request: web.Request) -> web.Response:
+    """{"user": NAME} | {"space": ID} -> erased: the person's space, identities, files; the counts removed."""
+    body = await body_json(request)
+    space, user = body.get("space"), body.get("user")
+    try:
+        done = await erase_person(request.app[ENGINE], request.app[HOST].access, str(space) if space else None,
+                                  str(user) if user else None)
+    except ConfigError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
+    return web.json_response(plan_json(done))
 
 
 @routes.get("/api/v1/admin/keys")

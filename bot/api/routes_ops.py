@@ -1,12 +1,14 @@
-"""Operations routes, no key needed: GET /healthz (database, ingest queue, channels; and the
+"""Operations routes, no key needed: GET /healthz (database, ingest queue and its oldest turn's age, channels; and the
 answer to the CLI's challenge, bot.gateway_client) and GET /metrics (Prometheus text). Neither
 shows anything of anyone's memory."""
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from aiohttp import web
 
-from bot.api.context import ENGINE, HOST, LOCAL_TOKEN, METRICS
+from bot.api.context import CLOCK, ENGINE, HOST, LOCAL_TOKEN, METRICS
 from bot.operator.gateway_client import CHALLENGE_HEADER, PROOF_HEADER, gateway_proof
 
 routes = web.RouteTableDef()
@@ -16,18 +18,21 @@ routes = web.RouteTableDef()
 async def healthz(request: web.Request) -> web.Response:
     engine, host = request.app[ENGINE], request.app[HOST]
     try:
-        depth = await engine.store.aread(lambda c: c.execute(
-            "SELECT count(*) FROM ingest_queue WHERE status = 'pending'").fetchone()[0])
+        depth, oldest = await engine.store.aread(lambda c: c.execute(
+            "SELECT count(*), min(created_at) FROM ingest_queue WHERE status = 'pending'").fetchone())
         db = "ok"
     except Exception as exc:  # the health check reports trouble, it never raises it
-        depth, db = None, f"error: {type(exc).__name__}"
+        depth, oldest, db = None, None, f"error: {type(exc).__name__}"
+    now = request.app[CLOCK]()
+    now = now.astimezone(UTC).replace(tzinfo=None) if now.tzinfo is not None else now
+    oldest_s = round(max(0.0, (now - oldest).total_seconds()), 1) if oldest is not None else None
     channels = host.channels()
     ok = db == "ok" and all(channels.values())
     # The CLI's challenge: proof that this is the gateway whose token sits in api.token.
     nonce, token = request.headers.get(CHALLENGE_HEADER, ""), request.app[LOCAL_TOKEN].key
     proof = {PROOF_HEADER: gateway_proof(token, nonce)} if token and 0 < len(nonce) <= 128 else {}
     return web.json_response({"status": "ok" if ok else "degraded", "database": db, "ingest_queue": depth,
-                              "channels": channels}, status=200 if db == "ok" else 503, headers=proof)
+                              "ingest_oldest_s": oldest_s, "channels": channels}, status=200 if db == "ok" else 503, headers=proof)
 
 
 @routes.get("/metrics")

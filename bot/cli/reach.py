@@ -39,8 +39,9 @@ def open_operator(settings: Settings) -> Iterator:
     from bot.operator.local import LocalOperator
 
     app = open_app(settings)
+    scheduler = app.extras.get("scheduler")
     try:
         yield LocalOperator(app.engine, app.access, app.pairing, Keys(app.store, clock=app.clock), app.clock,
-                            embedder=lambda: make_embedder(settings))
+                            embedder=lambda: make_embedder(settings), job_specs=scheduler.specs if scheduler else ())
     finally:
         app.store.close()

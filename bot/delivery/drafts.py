@@ -34,6 +34,8 @@ from bot.channel import Channel, Draft, ShowsDrafts
 from bot.errors import ChannelError, StoreError
 from bot.message import Reply
 from memory.redaction import redact_growing
+from bot.delivery.inbox import PERSON_CONVERSATIONS
+from memory.erase import Dependent, EraseRules
 from memory.store.connection import Conn, Migration, Store
 from memory.store.rows import utc_naive
 
@@ -53,6 +55,11 @@ DRAFT_MIGRATIONS: tuple[Migration, ...] = (
         """,
     ),
 )
+
+# An erase takes the handles of the drafts shown to the person (no words: platform ids), with the
+# received messages they answered (bot.delivery.inbox.INBOX_ERASE, which runs after this).
+DRAFT_ERASE = EraseRules(dependents=(Dependent(
+    "reply_drafts", f"inbox_seq IN (SELECT seq FROM inbox WHERE status <> 'pending' AND conversation_key IN {PERSON_CONVERSATIONS})"),))
 
 # The outbox's writers (bot.delivery.outbox.OUTBOX_WRITES): the put that takes a draft's handles
 # runs there too.

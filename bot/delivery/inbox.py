@@ -31,6 +31,7 @@ from enum import StrEnum
 
 from bot.delivery.cluster import CLUSTER_MIGRATIONS, Cluster
 from bot.message import Kind, Media, Message
+from memory.erase import Dependent, EraseRules, Kept
 from memory.store.connection import Conn, Migration, Store
 from memory.store.dialect import dialect_of
 from memory.store.rows import utc_naive
@@ -60,6 +61,19 @@ INBOX_MIGRATIONS: tuple[Migration, ...] = (
     Migration(503, "inbox attempts", "ALTER TABLE inbox ADD COLUMN attempts INTEGER DEFAULT 0;"),
 )
 
+
+# A person's conversations: where their sessions ran, and their direct chats where a DM's chat id
+# is their own id (Telegram, the terminal, iLink). A group's conversations are the group's.
+PERSON_CONVERSATIONS = ("(SELECT conversation_key FROM sessions WHERE space_id = $space "
+                        "UNION SELECT channel || ':' || external_id FROM identities WHERE space_id = $space)")
+# An erase takes the person's received messages, except those still pending: one of them is the
+# command being answered (its reply needs the row), the others are in flight and keep their words
+# only until they are answered, as every message does.
+INBOX_ERASE = EraseRules(
+    dependents=(Dependent("inbox", f"status <> 'pending' AND conversation_key IN {PERSON_CONVERSATIONS}"),),
+    kept=(Kept("workers", "the gateway processes alive"),
+          Kept("conversation_owners", "which process delivers a conversation: no words")),
+)
 
 # What a finished message keeps: its fields without the words, sender name or attachments.
 _RECEIPT_PATCH = '{"text": "", "sender_name": "", "media": []}'

@@ -30,10 +30,11 @@ from datetime import datetime, timedelta
 from bot.channel import DRAFT, DRAFT_DROP, Channel
 from bot.delivery.cluster import Cluster
 from bot.delivery.drafts import DRAFT_MIGRATIONS, take_draft
-from bot.delivery.inbox import Inbox, InboxStatus
+from bot.delivery.inbox import PERSON_CONVERSATIONS, Inbox, InboxStatus
 from bot.errors import ChannelError, StoreWriteError
 from bot.message import Document, Image, Reply
 from bot.observe import NoObserver, TurnObserver
+from memory.erase import Dependent, EraseRules
 from memory.store.connection import Conn, Migration, Store
 from memory.store.dialect import dialect_of
 from memory.store.rows import utc_naive
@@ -66,6 +67,9 @@ OUTBOX_MIGRATIONS: tuple[Migration, ...] = (
     ),
     *DRAFT_MIGRATIONS,  # what was shown of a reply while it was written (bot.delivery.drafts)
 )
+
+# An erase drops the replies to the person, sent (receipts) or still waiting.
+OUTBOX_ERASE = EraseRules(dependents=(Dependent("outbox", f"conversation_key IN {PERSON_CONVERSATIONS}"),))
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
 
+from bot.access import erasure
+from bot.access.erase_views import GROUPS_STAY, counts_text, plan_json
+from bot.access.identities import AccessError
 from memory.engine import MemoryEngine
 from memory.ingest.capture import CapturedTurn, TurnMessage
 from memory.prompts import MCP_DATA_NOTE
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 MAX_TEXT = 20_000          # one fact or message, as the HTTP API allows
 MAX_MESSAGES = 100         # one captured turn
 KINDS = ("fact", "chunk", "task")
+ERASE_PHRASE = "erase everything"   # the one argument that lets erase_everything erase
 READ_ONLY = "this key can only read: store and forget need a write key (memgate keys create --scope write)"
 
 
@@ -153,6 +157,20 @@ class EngineDoor:
             raise ToolError(f"no memory {id} here")
         await self.engine.store.awrite(lambda c: bump_versions(c, list(done.forgotten)))
         return {"status": "forgotten", "forgotten": list(done.forgotten)}
+
+    async def _erase_everything(self, confirm: str = "") -> dict[str, Any]:
+        """The whole space, for good, only with the exact phrase (bot.access.erasure)."""
+        self._may_write()
+        try:
+            planned = await erasure.plan(self.engine, [self.space])
+        except AccessError as exc:
+            raise ToolError(str(exc)) from None
+        if confirm.strip().lower() != ERASE_PHRASE:
+            return {"status": "not erased", "would_erase": plan_json(planned),
+                    "note": f"this would erase {counts_text(planned)} for good. {GROUPS_STAY} Only if the person asked "
+                            f"to erase everything: call again with confirm=\"{ERASE_PHRASE}\"."}
+        done = await erasure.erase(self.engine, planned, by="an MCP client")
+        return {"status": "erased", "erased": plan_json(done)}
 
     async def _timeline(self, id: str, window: int = 3) -> dict[str, Any]:
         rows = await self.engine.timeline(id, [self.space], max(1, min(window, 10)))

@@ -1,5 +1,5 @@
-"""The MCP server other agents talk to: the official SDK's `MCPServer` with memgate's seven memory
-tools (search, store, get, recent, forget, timeline, pulse) and two reminder tools (remind, reminders). Each tool only validates its arguments
+"""The MCP server other agents talk to: the official SDK's `MCPServer` with memgate's eight memory
+tools (search, store, get, recent, forget, timeline, pulse, erase_everything) and two reminder tools (remind, reminders). Each tool only validates its arguments
 (the schemas clients see come from these signatures) and hands them to the `MemoryDoor` of the call,
 which `door_for` finds: on the gateway, the door of the request's API key; in `memgate mcp`, the
 running gateway's or the local store's.
@@ -14,9 +14,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from bot.mcp.door import MAX_TEXT, MemoryDoor
-from memory.prompts import (MCP_FORGET, MCP_GET, MCP_INSTRUCTIONS, MCP_PULSE, MCP_RECENT, MCP_REMIND, MCP_REMINDERS,
-                            MCP_SEARCH, MCP_STORE, MCP_TIMELINE)
+from bot.mcp.door import ERASE_PHRASE, MAX_TEXT, MemoryDoor
+from memory.prompts import (MCP_ERASE, MCP_FORGET, MCP_GET, MCP_INSTRUCTIONS, MCP_PULSE, MCP_RECENT, MCP_REMIND,
+                            MCP_REMINDERS, MCP_SEARCH, MCP_STORE, MCP_TIMELINE)
 
 SERVER_NAME = "memgate"
 DoorFor = Callable[[Context], Awaitable[MemoryDoor]]
@@ -88,11 +88,19 @@ def build_server(door_for: DoorFor) -> MCPServer:
                         ) -> CallToolResult:
         return await (await door_for(ctx)).call("reminders", {"cancel": cancel})
 
+    async def erase_everything(ctx: Context,
+                               confirm: Annotated[str, Field(max_length=100, description=f'exactly "{ERASE_PHRASE}" '
+                                                             "to erase; anything else only shows what would go")] = "",
+                               ) -> CallToolResult:
+        return await (await door_for(ctx)).call("erase_everything", {"confirm": confirm})
+
     write = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
     for fn, description, hints in (
             (search, MCP_SEARCH, READ), (store, MCP_STORE, write), (get, MCP_GET, READ), (recent, MCP_RECENT, READ),
             (forget, MCP_FORGET, ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)),
             (timeline, MCP_TIMELINE, READ), (pulse, MCP_PULSE, READ), (remind, MCP_REMIND, write),
-            (reminders, MCP_REMINDERS, ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False))):
+            (reminders, MCP_REMINDERS, ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)),
+            (erase_everything, MCP_ERASE.format(phrase=ERASE_PHRASE),
+             ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False))):
         mcp.add_tool(fn, name=fn.__name__, description=description, annotations=hints, structured_output=False)
     return mcp

@@ -12,14 +12,17 @@ import asyncio
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
+from bot.access import erasure
 from bot.access.api_keys import ApiKey, Keys
-from bot.access.identities import CONSOLE_CHANNEL
+from bot.access.erase_views import ErasePlan
+from bot.access.identities import CONSOLE_CHANNEL, AccessError
 from bot.access.pairing import Pairing
 from bot.access.policy import Access, Allowed
 from bot.errors import ConfigError
 from bot.message import Message
+from bot.job_views import QueueStatus
 from bot.operator.protocol import ImportSummary, MemoryLine, OnBad, PendingLine, Person, Progress, user_space
-from bot.scheduler import JobStatus, load_job_statuses
+from bot.scheduler import JobSpec, JobStatus, load_job_statuses
 from memory.embed import Embedder
 from memory.engine import MemoryEngine
 
@@ -69,6 +72,29 @@ async def chosen_spaces(engine: MemoryEngine, access: Access, space: str | None,
     if space:
         return [space]
     return await engine.store.aread(all_spaces)
+
+
+async def erase_plan(engine: MemoryEngine, access: Access, space: str | None, user: str | None) -> ErasePlan:
+    """What `memory erase --user NAME | --space ID` would remove (ConfigError: no one named, or the public space)."""
+    if not space and not user:
+        raise ConfigError("say whose memory to erase: --user NAME (as /users shows them, or channel:id) or --space ID")
+    try:
+        spaces = [user_space(await people(access), user)] if user else [space]
+        return await erasure.plan(engine, spaces)
+    except AccessError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+async def erase_person(engine: MemoryEngine, access: Access, space: str | None, user: str | None) -> ErasePlan:
+    """Erase what `erase_plan` shows: every row, file and cache of the space; its people become strangers."""
+    return await erasure.erase(engine, await erase_plan(engine, access, space, user), by="the operator")
+
+
+def queue_status(engine: MemoryEngine, now: datetime) -> QueueStatus:
+    """The turns waiting to become memory and when the oldest was captured (blocking)."""
+    waiting, oldest = engine.store.read(lambda c: c.execute(
+        "SELECT count(*), min(created_at) FROM ingest_queue WHERE status = 'pending'").fetchone())
+    return QueueStatus(int(waiting), oldest, now)
 
 
 def export_lines(engine: MemoryEngine, spaces: Sequence[str]) -> Iterator[str]:
@@ -124,10 +150,12 @@ class LocalOperator:
     """No gateway running: act on the database file directly."""
 
     def __init__(self, engine: MemoryEngine, access: Access, pairing: Pairing, keys: Keys,
-                 clock: Callable[[], datetime], embedder: Callable[[], Embedder] | None = None) -> None:
+                 clock: Callable[[], datetime], embedder: Callable[[], Embedder] | None = None,
+                 job_specs: Sequence[JobSpec] = ()) -> None:
         self.engine, self.access, self.pairing, self.keys_store, self.clock = engine, access, pairing, keys, clock
         self.store = engine.store
         self.make_embedder = embedder  # the configured model, for reembed (built only then)
+        self.job_specs = tuple(job_specs)  # the gateway's jobs, so their due times show offline too
 
     def now(self) -> datetime:
         return self.clock()
@@ -143,7 +171,10 @@ class LocalOperator:
         asyncio.run(self.pairing.deny(code.upper(), None))
 
     def jobs(self) -> list[JobStatus]:
-        return load_job_statuses(self.store)
+        return load_job_statuses(self.store, self.job_specs)
+
+    def queue(self) -> QueueStatus:
+        return queue_status(self.engine, self.clock())
 
     def keys(self) -> list[ApiKey]:
         return self.keys_store.list()
@@ -189,3 +220,9 @@ class LocalOperator:
 
     def public_forget(self, memory_id: str) -> bool:
         return bool(asyncio.run(self.engine.forget([memory_id], [self.access.PUBLIC_SPACE])).forgotten)
+
+    def erase_plan(self, space: str | None, user: str | None) -> ErasePlan:
+        return asyncio.run(erase_plan(self.engine, self.access, space, user))
+
+    def erase(self, space: str | None, user: str | None) -> ErasePlan:
+        return asyncio.run(erase_person(self.engine, self.access, space, user))

@@ -18,8 +18,9 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from bot.access.api_key_views import ApiKey
+from bot.access.erase_views import ErasePlan
 from bot.errors import ConfigError
-from bot.job_views import JobStatus
+from bot.job_views import JobStatus, QueueStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,10 @@ class Operator(Protocol):
     def public_add(self, text: str) -> str: ...                          # the new memory's id
     def public_edit(self, memory_id: str, text: str) -> str | None: ...  # the new id; None: not a public memory
     def public_forget(self, memory_id: str) -> bool: ...                 # False: not a public memory
+    # Erasing a person (`memgate memory erase`): the plan first, then the erase of what it showed.
+    def erase_plan(self, space: str | None, user: str | None) -> ErasePlan: ...
+    def erase(self, space: str | None, user: str | None) -> ErasePlan: ...
+    def queue(self) -> QueueStatus: ...                                   # turns waiting to become memory
 
 
 # --- the wire format ------------------------------------------------------------------------
@@ -120,6 +125,14 @@ def job_from_json(d: dict) -> JobStatus:
     return JobStatus(d["name"], timedelta(seconds=d["interval_s"]) if d.get("interval_s") else None,
                      _dt(d["last_run"]), d.get("duration_s"), d.get("last_error"), _dt(d.get("next_run")),
                      bool(d.get("running")), d.get("runs", 0), d.get("failures", 0), _dt(d.get("last_ok")))
+
+
+def queue_json(q: QueueStatus) -> dict:
+    return {"waiting": q.waiting, "oldest": _iso(q.oldest), "now": _iso(q.now)}
+
+
+def queue_from_json(d: dict) -> QueueStatus:
+    return QueueStatus(d["waiting"], _dt(d["oldest"]), _dt(d["now"]))
 
 
 def line_json(m: MemoryLine) -> dict:

@@ -12,8 +12,9 @@ from datetime import datetime
 from typing import Any
 
 from bot.access.api_key_views import ApiKey
+from bot.access.erase_views import ErasePlan, plan_from_json
 from bot.errors import ConfigError
-from bot.job_views import JobStatus
+from bot.job_views import JobStatus, QueueStatus
 from bot.operator.gateway_client import GatewayCallError, GatewayClient
 from bot.operator.protocol import (
     ImportSummary,
@@ -26,6 +27,7 @@ from bot.operator.protocol import (
     key_from_json,
     line_from_json,
     person_from_json,
+    queue_from_json,
 )
 
 JOB_POLL_S = 0.2  # a job's status is one indexed read: polling often costs the gateway nothing
@@ -131,6 +133,15 @@ class RemoteOperator:
                 return False
             raise
         return True
+
+    def erase_plan(self, space: str | None, user: str | None) -> ErasePlan:
+        return plan_from_json(self._call("GET", "/api/v1/admin/erase", space=space, user=user))
+
+    def erase(self, space: str | None, user: str | None) -> ErasePlan:
+        return plan_from_json(self._call("POST", "/api/v1/admin/erase", {"space": space, "user": user}))
+
+    def queue(self) -> QueueStatus:
+        return queue_from_json(self.client.call("GET", "/api/v1/admin/queue"))
 
     def _wait(self, job_id: str) -> dict:
         """Poll an admin job until it is done; its result, or its error as a MemgateError."""

@@ -1,6 +1,6 @@
 """Chat commands, answered without the LLM, the same on every channel.
 
-Everyone: /help /whoami /new /memory [query] /remember TEXT /forget ID|query /pin ID /unpin ID
+Everyone: /help /whoami /new /memory [query] /remember TEXT /forget ID|query|everything /pin ID /unpin ID
 /export /pulse [7d|30d] /link [CODE|yes|no]. Admins: /approve CODE /deny CODE /users /role USER ROLE /block USER
 /public [add TEXT|edit ID TEXT|forget ID] /stats /jobs /reindex. Tasks and skills: /tasks /skills
 /skill NAME.
@@ -22,7 +22,9 @@ from bot.access.pairing import APPROVED_TEXT, Pairing
 from bot.access.policy import Access, Allowed
 from bot.channel import MenuCommand
 from bot.errors import MemgateError
-from bot.message import Document, Image, Message, Reply
+from bot.message import Image, Message, Reply
+from bot.access.erasure import ERASE_CONFIRM, EraseCodes
+from bot.turn.own_memory import Exports, forget_everything, kept_text
 from bot.turn.tools import ToolContext
 from bot.turn.views.link import (
     LINK_ASK_CLAIMANT_TEXT,
@@ -98,8 +100,12 @@ class Commands:
     extra: dict[str, Any] = field(default_factory=dict)   # optional: tasks, skills, scheduler, usage
     _table: dict[str, _Command] = field(default_factory=dict, init=False)
     _confirm: dict[str, tuple[datetime, list[str]]] = field(default_factory=dict, init=False)  # per conversation
+    _erase_codes: EraseCodes = field(init=False)
+    _exports: Exports = field(init=False)
 
     def __post_init__(self) -> None:
+        self._erase_codes = EraseCodes(clock=self.clock, ttl=ERASE_CONFIRM)  # /forget everything's codes
+        self._exports = Exports(self.engine, clock=self.clock)
         t = self._table
         t["help"] = _Command(self._help, "/help: this list")
         t["start"] = _Command(self._help, "")
@@ -107,10 +113,10 @@ class Commands:
         t["new"] = _Command(self._new, "/new: start a new conversation (memories stay)")
         t["memory"] = _Command(self._memory, "/memory [query]: what I remember (about the query)")
         t["remember"] = _Command(self._remember, "/remember TEXT: remember this for good (pinned)")
-        t["forget"] = _Command(self._forget, "/forget ID|query: forget a memory")
+        t["forget"] = _Command(self._forget, "/forget ID|query|everything: forget a memory, or all I keep about you")
         t["pin"] = _Command(self._pin, "/pin ID: never change or drop this memory automatically")
         t["unpin"] = _Command(self._unpin, "/unpin ID")
-        t["export"] = _Command(self._export, "/export: all your memories as a JSONL file")
+        t["export"] = _Command(self._export, "/export [markdown]: all your memory as a file (JSONL, or Markdown to read)")
         t["pulse"] = _Command(self._pulse, "/pulse [7d|30d]: what I remembered day by day")
         t["link"] = _Command(self._link, LINK_HELP)
         t["approve"] = _Command(self._approve, "/approve CODE: let a person in", admin=True)
@@ -179,10 +185,15 @@ class Commands:
             if not hits:
                 return f"I found nothing about “{ctx.args}”."
             return "\n".join(f"[{h.id}] {trim(h.text, 200)} ({humanize_age(h.created_at, now)})" for h in hits)
-        rows = await self.engine.list(list(ctx.allowed.own_spaces), limit=20)
+        own = list(ctx.allowed.own_spaces)
+        rows = await self.engine.list(own, limit=20)
+        kept = await self.engine.erase_counts(own)
+        head = kept_text(kept)
         if not rows:
-            return "I don't remember any facts about you yet."
-        return "\n".join(f"[{r.id}]{' 📌' if r.pinned else ''} {trim(r.text, 200)} ({humanize_age(r.created_at, now)})" for r in rows)
+            return f"{head}\nI don't remember any facts about you yet."
+        newest = "The newest facts:" if kept.facts > len(rows) else "The facts:"
+        return "\n".join([head, newest, *(f"[{r.id}]{' 📌' if r.pinned else ''} {trim(r.text, 200)} "
+                                          f"({humanize_age(r.created_at, now)})" for r in rows)])
 
     async def _remember(self, ctx: CommandContext) -> str:
         if not ctx.args:
@@ -198,7 +209,11 @@ class Commands:
         """
         arg = ctx.args
         if not arg:
-            return "Usage: /forget ID or /forget some words"
+            return "Usage: /forget ID, /forget some words, or /forget everything"
+        word, _, code = arg.partition(" ")
+        if word.lower() == "everything":
+            return await forget_everything(self.engine, self._erase_codes, ctx.msg.conversation_key,
+                                           ctx.allowed.identity.key, ctx.allowed.own_spaces, ctx.msg.is_group, code.strip())
         own = list(ctx.allowed.own_spaces)
         key = ctx.msg.conversation_key
         now = self.clock()
@@ -234,12 +249,13 @@ class Commands:
     async def _unpin(self, ctx: CommandContext) -> str:
         return await self._pin(ctx, pinned=False)
 
-    async def _export(self, ctx: CommandContext) -> Reply:
-        data = await asyncio.to_thread(self.engine.export_jsonl, list(ctx.allowed.own_spaces))
-        n = data.count(b"\n")
+    async def _export(self, ctx: CommandContext) -> str | Reply:
+        doc = await self._exports.export(ctx.allowed.identity.key, ctx.allowed.own_spaces, ctx.args.strip())
+        if isinstance(doc, str):
+            return doc
+        n = doc.data.count(b"\n" if doc.filename.endswith(".jsonl") else b"\n- ")
         return Reply(channel=ctx.msg.channel, chat_id=ctx.msg.chat_id, thread_id=ctx.msg.thread_id,
-                     recipient_id=ctx.msg.sender_id, text=f"Your {n} memories.",
-                     document=Document(filename="memgate-export.jsonl", data=data, mime="application/jsonl"))
+                     recipient_id=ctx.msg.sender_id, text=f"Your {n} memories.", document=doc)
 
     async def _pulse(self, ctx: CommandContext) -> str | Reply:
         """The space's Memory Pulse: a chart (where pictures show) and a text summary."""

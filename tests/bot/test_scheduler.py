@@ -228,7 +228,7 @@ def test_format_jobs():
     assert format_jobs(statuses).splitlines() == [
         "Jobs:",
         "- close_idle_tasks (every 10m): ok; last 2026-01-01 09:00 took 0.4s; next 2026-01-01 09:10; runs 3, failures 0",
-        "- rebuild_fts (every 6h): not run yet; last never took -; next never; runs 0, failures 0",
+        "- rebuild_fts (every 6h): not run yet; last never took -; next when a gateway runs; runs 0, failures 0",
     ]
     assert format_jobs([]) == "No scheduled jobs."
     assert [format_duration(x) for x in (None, 3.25, 42, 185, 7260)] == ["-", "3.2s", "42s", "3m05s", "2h01m"]

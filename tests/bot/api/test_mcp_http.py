@@ -15,7 +15,7 @@ from tests.bot.api.conftest import serve
 from tests.bot.mcp_clients import call, http_session
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-TOOLS = {"search", "store", "get", "recent", "forget", "timeline", "pulse", "remind", "reminders"}
+TOOLS = {"search", "store", "get", "recent", "forget", "timeline", "pulse", "remind", "reminders", "erase_everything"}
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module",

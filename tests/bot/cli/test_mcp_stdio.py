@@ -21,7 +21,7 @@ from tests.bot.cli.test_cli import ROOT, env_for
 from tests.bot.mcp_clients import call
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
-TOOLS = {"search", "store", "get", "recent", "forget", "timeline", "pulse", "remind", "reminders"}
+TOOLS = {"search", "store", "get", "recent", "forget", "timeline", "pulse", "remind", "reminders", "erase_everything"}
 
 
 @asynccontextmanager
