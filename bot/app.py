@@ -276,7 +276,9 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                                                keep_receipts_days=settings.delivery.keep_receipts_days,
                                                takeover_every=settings.store.takeover_seconds,
                                                media_retry=settings.media.retry_minutes * 60,
-                                               media_attempts=settings.media.max_attempts),
+                                               media_attempts=settings.media.max_attempts,
+                                               media_waiting_per_person=settings.media.max_waiting_per_person,
+                                               media_waiting=settings.media.max_waiting),
                       outbox_settings=OutboxSettings(retry_base=settings.delivery.retry_base_seconds,
                                                      retry_cap=settings.delivery.retry_cap_seconds,
                                                      give_up_hours=settings.delivery.give_up_hours),
@@ -345,7 +347,8 @@ def _wire_api(app: App, embedder: Embedder) -> None:
                             rate_per_minute=a.rate_limit_per_minute, rate_burst=a.rate_limit_burst,
                             session_idle_seconds=a.session_idle_minutes * 60, public_url=a.public_url,
                             allowed_hosts=a.allowed_hosts, login_per_minute=a.login_per_minute,
-                            login_burst=a.login_burst, sessions_per_key=a.sessions_per_key)
+                            login_burst=a.login_burst, sessions_per_key=a.sessions_per_key,
+                            streams_per_key=a.streams_per_key)
     keys = Keys(app.store, clock=app.clock)
     metrics = Metrics(queue=lambda: app.store.read(lambda c: queue_depth_and_age(c, app.clock())))
     app.extras["usage"].listener = metrics.llm_call

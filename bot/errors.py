@@ -26,8 +26,11 @@ class ChannelError(MemgateError):
 
 
 class MediaError(MemgateError):
-    """An attachment could not be fetched. `too_large`: over the cap (retrying cannot help)."""
+    """An attachment could not be fetched. `too_large`: over the cap (retrying cannot help);
+    `size`: its size in bytes when the platform said it, None when only the cap is known (a
+    download abandoned as it passed the cap: what was announced is not what came)."""
 
-    def __init__(self, message: str, *, too_large: bool = False) -> None:
+    def __init__(self, message: str, *, too_large: bool = False, size: int | None = None) -> None:
         super().__init__(message)
         self.too_large = too_large
+        self.size = size

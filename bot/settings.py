@@ -90,6 +90,14 @@ class MediaConfig(_Section):
     document_chunk_chars: int = Field(1500, ge=200, le=20_000)  # one memory row per piece of this size
     retry_minutes: float = Field(10.0, gt=0, le=10_080)  # a failed fetch/transcription is tried again after this
     max_attempts: int = Field(5, ge=1, le=100)           # then the person is told it was given up
+    # A PDF is read in a child process with these limits; one that hits them is answered as
+    # unreadable and never read again, even after a restart (bot/media/sandbox.py, issue 31).
+    read_timeout: float = Field(30.0, ge=1, le=600)      # seconds one PDF may take to read
+    read_memory_mb: int = Field(512, ge=128, le=16_384)  # the reading child's address space
+    max_readers: int = Field(2, ge=1, le=16)             # PDFs read at once
+    # Messages kept waiting for their attachment (no speech endpoint yet, a failed fetch): bounded.
+    max_waiting_per_person: int = Field(10, ge=1, le=1000)
+    max_waiting: int = Field(500, ge=1, le=100_000)      # across everyone
 
 
 class AgentConfig(_Section):
@@ -122,6 +130,11 @@ class AccessConfig(_Section):
 class TelegramConfig(_Section):
     enabled: bool = False
     base_url: str = ""                  # a local Bot API server; empty = api.telegram.org
+    # Downloads go only to the server's file address (derived from base_url: …/bot -> …/file/bot),
+    # never to a path getFile names, unless local_mode says which folder may be read (issue 31).
+    base_file_url: str = ""             # empty = derived from base_url, or Telegram's
+    local_mode: bool = False            # a local Bot API server in --local mode answers getFile with disk paths
+    local_dir: str = ""                 # the folder it keeps files in (its --dir); read only inside it
     poll_timeout: float = Field(30.0, gt=0, le=300)
     # Where the Bot API is blocked (mainland China): every Bot API call goes through this proxy.
     proxy: str = ""                     # http://host:port or socks5://host:port; empty = direct
@@ -130,6 +143,16 @@ class TelegramConfig(_Section):
     @classmethod
     def _proxy_url(cls, value: str) -> str:
         return check_proxy_url(value)
+
+    @model_validator(mode="after")
+    def _local_files(self) -> TelegramConfig:
+        if self.local_mode and not self.local_dir.strip():
+            raise ValueError("channels.telegram.local_mode = true needs local_dir: the folder the local Bot API "
+                             "server keeps its files in (its --dir); only files inside it are read")
+        if self.local_dir.strip() and not self.local_mode:
+            raise ValueError("channels.telegram.local_dir is set but local_mode is false: set local_mode = true "
+                             "to read the local Bot API server's files from that folder")
+        return self
 
 
 PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
@@ -233,6 +256,7 @@ class ApiConfig(_Section):
     login_per_minute: float = Field(default=10.0, gt=0, le=10_000)   # dashboard logins per key and per client
     login_burst: int = Field(default=10, ge=1, le=10_000)           # logins at once, per key and per client
     sessions_per_key: int = Field(default=20, ge=1, le=10_000)      # a key's live logins; its own oldest ends first
+    streams_per_key: int = Field(default=8, ge=1, le=1000)           # chat event streams one key holds open (429 past it)
 
     @field_validator("public_url")
     @classmethod

@@ -18,15 +18,17 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+import httpx
 from telegram import Update
 from telegram.constants import ChatAction
 from telegram.error import InvalidToken, TelegramError
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 
 from adapters.telegram.inbound import message_from_update
-from adapters.telegram.media import fetch_file
+from adapters.telegram.media import FileSource, fetch_file, file_base_url
 from adapters.telegram.menu import telegram_menu
 from adapters.telegram.outbound import (
     TELEGRAM_CAPTION_LIMIT,
@@ -57,6 +59,7 @@ class TelegramAdapter:
         *,
         base_url: str | None = None,
         base_file_url: str | None = None,
+        local_dir: str | Path | None = None,
         bot_username: str | None = None,
         poll_timeout: float = 10.0,
         name: str = "telegram",
@@ -71,7 +74,9 @@ class TelegramAdapter:
         self.name = name
         self._token = token
         self._base_url = base_url
-        self._base_file_url = base_file_url
+        # Downloads go only here (or, in local mode, to files inside local_dir): adapters/telegram/media.py.
+        self._files = FileSource(file_base_url(base_url, base_file_url), Path(local_dir) if local_dir else None)
+        self._http: httpx.AsyncClient | None = None  # the file downloads' client, opened on the first one
         self._bot_username = (bot_username or "").lstrip("@") or None
         self._bot_id: int | None = None
         self._poll_timeout = poll_timeout
@@ -192,6 +197,9 @@ class TelegramAdapter:
                 await asyncio.wait(set(self._typing_tasks))
             await app.shutdown()
         finally:
+            http, self._http = self._http, None
+            if http is not None:
+                await http.aclose()
             log.info("%s: stopped", self.name)
             self._redact.remove()
 
@@ -217,8 +225,7 @@ class TelegramAdapter:
             builder = builder.proxy(self._proxy).get_updates_proxy(self._proxy)
         if self._base_url:
             builder = builder.base_url(self._base_url)
-        if self._base_file_url:
-            builder = builder.base_file_url(self._base_file_url)
+        builder = builder.base_file_url(self._files.base_file_url)
         return builder.build()
 
     # -- inbound ------------------------------------------------------------------------------
@@ -336,7 +343,11 @@ class TelegramAdapter:
 
     async def fetch_media(self, media: Media, *, max_bytes: int, timeout: float) -> bytes:
         """A photo, voice note or file of an inbound message (bot.channel.FetchesMedia)."""
-        return await fetch_file(self._require_app().bot, media, max_bytes=max_bytes, timeout=timeout, safe=self._safe)
+        bot = self._require_app().bot
+        if self._http is None:
+            # Streamed downloads (the cap holds as bytes arrive), through the same proxy as the Bot API.
+            self._http = httpx.AsyncClient(proxy=self._proxy, timeout=self._request_timeout, follow_redirects=False)
+        return await fetch_file(bot, self._http, self._files, media, max_bytes=max_bytes, timeout=timeout, safe=self._safe)
 
     # -- typing -------------------------------------------------------------------------------
 

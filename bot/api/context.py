@@ -15,7 +15,7 @@ from bot.access.api_keys import ApiKey, Keys
 from bot.access.erasure import EraseCodes
 from bot.api.attached import AttachedTerminals
 from bot.api.metrics import Metrics
-from bot.api.ratelimit import RateLimiter
+from bot.api.ratelimit import RateLimiter, StreamSlots
 from bot.api.sessions import Sessions
 from bot.reminders.desk import ReminderDesk
 from memory.engine import MemoryEngine
@@ -32,6 +32,7 @@ CLOCK = web.AppKey("clock", Callable[[], datetime])
 IMPORTS = web.AppKey("imports", set)                 # running import tasks, awaited on cleanup
 INSIGHT_CACHE = web.AppKey("insight_cache", dict)    # (space, limit) -> (space fingerprint, graph JSON)
 ERASE_CODES = web.AppKey("erase_codes", EraseCodes)  # DELETE /api/v1/me's confirmations, per key
+STREAMS = web.AppKey("streams", StreamSlots)         # the chat event streams each key holds open
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,10 +46,24 @@ async def _door_of(ctx: Context) -> MemoryDoor:
     return door
 
 
+class _NoStatelessGoodbye(logging.Filter):
+    """The SDK logs "Terminating session: None" at INFO as every stateless request ends (several
+    lines per MCP call, saying nothing); that line only is dropped, its warnings and errors pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.INFO or not str(record.msg).startswith("Terminating session")
+
+
+_SDK_TRANSPORT_LOG = "mcp.server.streamable_http"
+
+
 class McpEndpoint:
     """The SDK's session manager for this app, started and stopped with it."""
 
     def __init__(self) -> None:
+        sdk_log = logging.getLogger(_SDK_TRANSPORT_LOG)
+        if not any(isinstance(f, _NoStatelessGoodbye) for f in sdk_log.filters):
+            sdk_log.addFilter(_NoStatelessGoodbye())
         self.server = build_server(_door_of)
         # Builds the manager (the Starlette app around it is not used: the route below is the way in).
         self.server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, json_response=True)

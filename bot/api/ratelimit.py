@@ -55,3 +55,37 @@ class RateLimiter:
 def retry_after_header(seconds: float) -> str:
     """Retry-After takes whole seconds; round up so a client that obeys it is let in."""
     return str(max(1, math.ceil(seconds))) if math.isfinite(seconds) else "3600"
+
+
+class StreamSlots:
+    """How many event streams each key holds open (`[api] streams_per_key`), and a way to end
+    them all when the key is revoked: one write key held 150 streams, each an open file (issue 31)."""
+
+    def __init__(self, per_key: int) -> None:
+        self.per_key = per_key
+        self._open: dict[str, set[Callable[[], None]]] = {}
+
+    def take(self, key_id: str, close: Callable[[], None]) -> bool:
+        """Hold a slot for a stream that `close` ends; False when the key holds all of its own."""
+        held = self._open.setdefault(key_id, set())
+        if len(held) >= self.per_key:
+            return False
+        held.add(close)
+        return True
+
+    def give_back(self, key_id: str, close: Callable[[], None]) -> None:
+        held = self._open.get(key_id)
+        if held is not None:
+            held.discard(close)
+            if not held:
+                del self._open[key_id]
+
+    def revoked(self, key_id: str) -> int:
+        """End every stream of a key that was just revoked; how many there were."""
+        held = self._open.pop(key_id, set())
+        for close in held:
+            close()
+        return len(held)
+
+    def held(self, key_id: str) -> int:
+        return len(self._open.get(key_id, ()))

@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 
 from aiohttp import web
 
-from bot.api.attached import AttachedTerminals, attached_chat
-from bot.api.context import API_KEY, CLOCK, HOST
+from bot.api.attached import AttachedTerminals, Listener, attached_chat
+from bot.api.context import API_KEY, CLOCK, HOST, KEYS, STREAMS
 from bot.api.errors import ApiError
 from bot.api.params import body_json
 from bot.errors import ChannelError, StoreError
@@ -44,6 +45,7 @@ routes = web.RouteTableDef()
 ADMIN = "/api/v1/admin/chat"   # the local admin token, as the terminal user ?user= / "user"
 KEYED = "/api/v1/chat"         # a space key with write scope, as itself
 PING_S = 15.0          # an idle stream still says it is alive (and finds a client that left)
+LIVE_CHECK_S = 1.0     # a stream's key is checked again before an event at most this long after the last check
 MAX_USER = 64
 MAX_LINE = 20_000      # the agent cuts longer messages itself; this only bounds the request
 MAX_MESSAGE_ID = 64
@@ -85,33 +87,59 @@ def _speaker(request: web.Request, user: object) -> Speaker:
 @routes.get(ADMIN + "/events")
 @routes.get(KEYED + "/events")
 async def events(request: web.Request) -> web.StreamResponse:
-    who = _speaker(request, request.query.get("user"))
-    resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson; charset=utf-8"})
-    await resp.prepare(request)
-
-    async def write(event: dict) -> None:
-        await resp.write((json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8"))
-
-    async with who.chats.listen(who.chat) as listener:
-        host = request.app[HOST]
-        await write({"type": "attached", "chat": who.chat, "as": who.sender_name, "bot_name": host.bot_name,
-                     "commands": list(host.commands)})
-        while True:
-            try:
-                event = await asyncio.wait_for(listener.get(), PING_S)
-            except TimeoutError:
-                event = {"type": "ping"}
-            if event is None:
-                break
-            try:
-                await write(event)
-            except (ConnectionError, RuntimeError):
-                break  # the client left; what it missed was answered and captured all the same
+    who, rec = _speaker(request, request.query.get("user")), request[API_KEY]
+    keys, slots = request.app[KEYS], request.app[STREAMS]
+    closed = asyncio.Event()  # the key was revoked through this gateway: the stream ends at once
+    if not slots.take(rec.id, closed.set):
+        raise ApiError(429, "too_many_streams", f"this key holds {slots.per_key} event streams open already "
+                       "([api] streams_per_key); close one first", {"Retry-After": str(int(PING_S))})
     try:
-        await resp.write_eof()
-    except (ConnectionError, RuntimeError):
-        pass
-    return resp
+        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson; charset=utf-8"})
+        await resp.prepare(request)
+
+        async def write(event: dict) -> None:
+            await resp.write((json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8"))
+
+        async with who.chats.listen(who.chat) as listener:
+            host = request.app[HOST]
+            await write({"type": "attached", "chat": who.chat, "as": who.sender_name, "bot_name": host.bot_name,
+                         "commands": list(host.commands)})
+            checked = time.monotonic()
+            while not closed.is_set():
+                event = await _next_event(listener, closed)
+                if event is None or closed.is_set():
+                    break
+                # The key must still be live to hear what comes: one revoked elsewhere (the command
+                # line on a shared database) ends its stream here, before a reply is written (drafts
+                # come many a second: they are let through for LIVE_CHECK_S after a check).
+                if event.get("type") != "draft" or time.monotonic() - checked > LIVE_CHECK_S:
+                    if await asyncio.to_thread(keys.live, rec.id) is None:
+                        break
+                    checked = time.monotonic()
+                try:
+                    await write(event)
+                except (ConnectionError, RuntimeError):
+                    break  # the client left; what it missed was answered and captured all the same
+        try:
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass
+        return resp
+    finally:
+        slots.give_back(rec.id, closed.set)
+
+
+async def _next_event(listener: Listener, closed: asyncio.Event) -> dict | None:
+    """The listener's next event, a ping after PING_S of quiet, or None once `closed` is set."""
+    get, stop = asyncio.ensure_future(listener.get()), asyncio.ensure_future(closed.wait())
+    try:
+        done, _ = await asyncio.wait((get, stop), timeout=PING_S, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (get, stop):
+            task.cancel()
+    if get in done and not get.cancelled():
+        return get.result()
+    return None if stop in done else {"type": "ping"}
 
 
 @routes.post(ADMIN + "/messages")

@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from aiohttp import web
 
-from bot.api.context import CLOCK, ENGINE, HOST, IMPORTS, KEYS
+from bot.api.context import CLOCK, ENGINE, HOST, IMPORTS, KEYS, STREAMS
 from bot.api.errors import ApiError
 from bot.api.jobs import ADMIN_SPACE, admin_job, finish_job, save_result, start_job
 from bot.access.api_keys import ApiKeyError
@@ -120,6 +120,7 @@ async def revoke_key(request: web.Request) -> web.Response:
         rec = await asyncio.to_thread(request.app[KEYS].revoke, str(body.get("prefix", "")))
     except ApiKeyError as exc:
         raise ApiError(404, "not_found", str(exc)) from None
+    request.app[STREAMS].revoked(rec.id)  # its open event streams end now: nothing more is said on them
     return web.json_response(key_json(rec))
 
 

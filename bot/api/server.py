@@ -22,15 +22,15 @@ from aiohttp import web
 from bot.api import (routes_admin, routes_chat, routes_dashboard, routes_data, routes_memories, routes_operator,
                      routes_ops, routes_reminders, routes_session)
 from bot.api.auth import auth_middleware
-from bot.api.context import (CLOCK, ENGINE, ERASE_CODES, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, LOCAL_TOKEN, LOGINS, METRICS,
-                             SESSIONS, ApiHost, LocalToken)
+from bot.api.context import (CLOCK, ENGINE, ERASE_CODES, HOST, IMPORTS, INSIGHT_CACHE, KEYS, LIMITER, LOCAL_TOKEN,
+                             LOGINS, METRICS, SESSIONS, STREAMS, ApiHost, LocalToken)
 from bot.api.errors import error_middleware
 from bot.api.mcp_http import MCP_PATH, McpEndpoint
 from bot.access.api_keys import Keys
 from bot.access.erasure import ERASE_CONFIRM, EraseCodes
 from bot.api.origins import POLICY, HostPolicy, host_middleware, no_store
 from bot.api.metrics import Metrics
-from bot.api.ratelimit import RateLimiter
+from bot.api.ratelimit import RateLimiter, StreamSlots
 from bot.api.sessions import Sessions
 from bot.operator.gateway_client import ADDRESS_FILE, TOKEN_FILE
 from memory.engine import MemoryEngine
@@ -54,6 +54,7 @@ class ServerSettings:
     login_per_minute: float = 10.0
     login_burst: int = 10
     sessions_per_key: int = 20
+    streams_per_key: int = 8                # chat event streams one key may hold open at once
 
 
 @web.middleware
@@ -85,6 +86,7 @@ def create_app(engine: MemoryEngine, keys: Keys, host: ApiHost, metrics: Metrics
     app[LOCAL_TOKEN] = LocalToken()
     app[INSIGHT_CACHE] = {}
     app[ERASE_CODES] = EraseCodes(clock=clock, ttl=ERASE_CONFIRM)
+    app[STREAMS] = StreamSlots(settings.streams_per_key)
     app.on_cleanup.append(_finish_imports)
     app.on_shutdown.append(routes_chat.close_streams)
     for module in (routes_ops, routes_session, routes_memories, routes_data, routes_admin, routes_operator,

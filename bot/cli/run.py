@@ -179,8 +179,10 @@ def build_channels(settings: Settings) -> list:
         token = settings.secret("telegram_token")
         if not token:
             raise ConfigError("channels.telegram is enabled but TELEGRAM_BOT_TOKEN is not set")
-        chans.append(TelegramAdapter(token, base_url=c.telegram.base_url or None, poll_timeout=c.telegram.poll_timeout,
-                                     proxy=c.telegram.proxy or None))
+        tg = c.telegram
+        chans.append(TelegramAdapter(token, base_url=tg.base_url or None, base_file_url=tg.base_file_url or None,
+                                     local_dir=Path(tg.local_dir).expanduser() if tg.local_mode else None,
+                                     poll_timeout=tg.poll_timeout, proxy=tg.proxy or None))
     if c.wechat.enabled:
         from adapters.wechat.ilink.adapter import WechatIlinkAdapter
 

@@ -7,6 +7,7 @@ after that. Its status then follows the turn:
     pending   accepted, not yet answered (a restart answers it)
     waiting   its attachment could not be read yet (no speech endpoint, a failed fetch or
               transcription): the person was told, the words are kept, and it is tried again
+              (bounded per sender and in all: past the bounds it is closed, and the person told)
     replied   the reply is in the outbox (the outbox delivers it, across restarts)
     answered  every part of the reply was delivered
     closed    nothing more will happen: refused without a reply, undeliverable, or failed
@@ -59,7 +60,12 @@ INBOX_MIGRATIONS: tuple[Migration, ...] = (
     *CLUSTER_MIGRATIONS,  # who answers which conversation when several processes share the database
     # How often a waiting message's attachment was tried (bot/media): it is given up after a cap.
     Migration(503, "inbox attempts", "ALTER TABLE inbox ADD COLUMN attempts INTEGER DEFAULT 0;"),
+    # Reads of its attachment begun and not finished (bot/media/sandbox.py): a read that hit a limit,
+    # or that the process died in, leaves it at 1, and the file is then never read again (issue 31).
+    Migration(504, "inbox reading", "ALTER TABLE inbox ADD COLUMN reading INTEGER DEFAULT 0;"),
 )
+
+WAITING_FULL = -1  # Inbox.wait: the message could not wait (its sender's, or everyone's, bound was reached)
 
 
 # A person's conversations: where their sessions ran, and their direct chats where a DM's chat id
@@ -137,6 +143,16 @@ def message_from_json(text: str) -> Message:
     return Message(**data)
 
 
+def _waiting_full(con: Conn, channel: str, sender: object, per_person: int | None, total: int | None) -> bool:
+    """Whether `total` messages wait already, or `per_person` of this sender's on `channel` (the
+    rows are few: the bounds keep them so)."""
+    rows = con.execute("SELECT channel, message FROM inbox WHERE status = 'waiting'").fetchall()
+    if total is not None and len(rows) >= total:
+        return True
+    return per_person is not None and sum(
+        1 for ch, text in rows if ch == channel and json.loads(text).get("sender_id") == sender) >= per_person
+
+
 class Inbox:
     """Rows of the `inbox` table. Blocking calls; the gateway runs them off the event loop."""
 
@@ -174,16 +190,42 @@ class Inbox:
             f"SELECT seq, message FROM inbox WHERE status = 'pending'{where} ORDER BY seq", params).fetchall())
         return [InboxEntry(seq, message_from_json(text)) for seq, text in rows]
 
-    def wait(self, seq: int, note: str, *, counts: bool = True) -> int:
+    def wait(self, seq: int, note: str, *, counts: bool = True, per_person: int | None = None,
+             total: int | None = None) -> int:
         """Its attachment could not be read yet: keep the message (words and all) to try again
         later; returns how many counted attempts it has had. `counts` False: waiting for the owner
-        (a speech endpoint to be set up), which no number of tries can wear out."""
+        (a speech endpoint to be set up), which no number of tries can wear out.
+
+        A message that never waited before is kept only while fewer than `per_person` messages of
+        its sender (on its channel) and fewer than `total` in all wait: else WAITING_FULL, and it
+        stays pending for the caller to close."""
         now = utc_naive(self.clock())
+
+        def write(con: Conn) -> int:
+            if per_person is not None or total is not None:
+                row = con.execute("SELECT channel, message, note FROM inbox WHERE seq = ? AND status = 'pending'",
+                                  [seq]).fetchone()
+                if row is not None and row[2] is None and _waiting_full(con, row[0], json.loads(row[1]).get("sender_id"),
+                                                                        per_person, total):
+                    return WAITING_FULL
+            row = con.execute(
+                "UPDATE inbox SET status = 'waiting', note = ?, done_at = ?, attempts = coalesce(attempts, 0) + ? "
+                "WHERE seq = ? AND status = 'pending' RETURNING attempts", [note, now, int(counts), seq]).fetchone()
+            return int(row[0]) if row else 0
+
+        return self.store.write(write, serial=INBOX_WRITES)
+
+    def begin_reading(self, seq: int) -> bool:
+        """Record that a read of the message's attachment begins (before it does); False when one
+        began before and never finished: it hit a limit, or the process died while it ran."""
         row = self.store.write(lambda c: c.execute(
-            "UPDATE inbox SET status = 'waiting', note = ?, done_at = ?, attempts = coalesce(attempts, 0) + ? "
-            "WHERE seq = ? AND status = 'pending' RETURNING attempts", [note, now, int(counts), seq]).fetchone(),
+            "UPDATE inbox SET reading = coalesce(reading, 0) + 1 WHERE seq = ? RETURNING reading", [seq]).fetchone(),
             serial=INBOX_WRITES)
-        return int(row[0]) if row else 0
+        return row is None or int(row[0]) <= 1
+
+    def end_reading(self, seq: int) -> None:
+        """The read finished (with text, or a plain refusal): a later try may read it again."""
+        self.store.write(lambda c: c.execute("UPDATE inbox SET reading = 0 WHERE seq = ?", [seq]), serial=INBOX_WRITES)
 
     def due_waiting(self, tried_before: datetime, channels: Sequence[str], *, skip_note: str | None = None) -> list[InboxEntry]:
         """Waiting messages last tried before `tried_before`, made pending again (oldest first), to

@@ -1,7 +1,8 @@
 """Text out of the files people send: plain text and Markdown decoded, PDF read with pypdf.
 
-Pure functions over bytes; what is kept is capped (pages and characters). Cutting it into pieces
-of memory is memory's work (memory/ingest/documents.py).
+Pure functions over bytes; what is kept is capped (pages and characters). The gateway runs
+`pdf_text` in a child process with limits (bot/media/sandbox.py) and the rest in a thread.
+Cutting the text into pieces of memory is memory's work (memory/ingest/documents.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 
 from bot.message import Media
 
-__all__ = ["DocumentError", "extract_text", "is_document"]
+__all__ = ["DocumentError", "document_kind", "extract_text", "finish_text", "is_document", "pdf_text"]
 
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown", ".mdown", ".log")
 TEXT_MIMES = ("text/plain", "text/markdown", "text/x-markdown")
@@ -23,7 +24,8 @@ class DocumentError(ValueError):
     """The file is not one we read, or it is damaged; the message says which, for the person."""
 
 
-def _kind(media: Media, data: bytes | None = None) -> str | None:
+def document_kind(media: Media, data: bytes | None = None) -> str | None:
+    """"pdf", "text", or None for a file we do not read (by name, type and, given them, first bytes)."""
     name = media.name.lower()
     mime = media.mime.lower().split(";")[0].strip()
     if mime == PDF_MIME or name.endswith(".pdf") or (data is not None and data.startswith(b"%PDF-")):
@@ -35,19 +37,24 @@ def _kind(media: Media, data: bytes | None = None) -> str | None:
 
 def is_document(media: Media) -> bool:
     """A file we can read, by what the platform says of it (name, type)."""
-    return _kind(media) is not None
+    return document_kind(media) is not None
 
 
 def extract_text(media: Media, data: bytes, *, max_chars: int, max_pages: int) -> tuple[str, bool]:
     """(the text, whether it was cut at a cap). Raises DocumentError for what cannot be read."""
-    kind = _kind(media, data)
+    kind = document_kind(media, data)
     label = media.name or "the file"
     if kind == "pdf":
-        text, cut = _pdf_text(data, label, max_pages, max_chars)
+        text, cut = pdf_text(data, label, max_pages, max_chars)
     elif kind == "text":
         text, cut = _decode(data, label), False
     else:
         raise DocumentError(f"I can read text, Markdown and PDF files; {label} is none of them.")
+    return finish_text(text, cut, label, max_chars)
+
+
+def finish_text(text: str, cut: bool, label: str, max_chars: int) -> tuple[str, bool]:
+    """The extracted text tidied and capped; DocumentError when none was found."""
     text = re.sub(r"[ \t]+\n", "\n", text).strip()
     if not text:
         raise DocumentError(f"I found no text in {label} (a scanned PDF has only pictures of pages).")
@@ -67,7 +74,8 @@ def _decode(data: bytes, label: str) -> str:
     raise DocumentError(f"{label} is not text I can decode (UTF-8 or GB18030).")
 
 
-def _pdf_text(data: bytes, label: str, max_pages: int, max_chars: int) -> tuple[str, bool]:
+def pdf_text(data: bytes, label: str, max_pages: int, max_chars: int) -> tuple[str, bool]:
+    """The pages' text up to the caps (untrusted bytes: the gateway runs this in bot/media/sandbox.py)."""
     from pypdf import PdfReader  # imported on first use: most gateways never read a PDF
     from pypdf.errors import PdfReadError
 

@@ -10,30 +10,39 @@ long, a kind of file we do not read).
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from bot.channel import FetchesMedia
 from bot.errors import MediaError
-from bot.media.documents import DocumentError, extract_text, is_document
+from bot.media.documents import DocumentError, document_kind, extract_text, finish_text, is_document
+from bot.media.sandbox import ReadLimit, SandboxedPdf
 from bot.media.speech import Transcriber, TranscriptionError
 from bot.media.vision import accepts_images
 from bot.message import Kind, Media, Message
 from memory.private_files import private_dir, write_private
+from memory.text import visible
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NO_SPEECH_NOTE", "Attached", "DocumentText", "MediaProblem", "MediaReader", "MediaSettings"]
+__all__ = ["NO_SPEECH_NOTE", "UNREADABLE_TEXT", "Attached", "DocumentText", "MediaProblem", "MediaReader",
+           "MediaSettings", "ReadMarks"]
 
 MB = 1024 * 1024
 NO_SPEECH_TEXT = ("I can't transcribe voice notes yet: no speech-to-text endpoint is set up ([speech] model in "
                   "memgate.toml). I kept your note and will answer it once one is.")
 NO_SPEECH_NOTE = "waiting for [speech] model"  # the inbox note of a voice note that waits for the owner
 _WHAT = {Kind.VOICE: "voice note", Kind.PHOTO: "photo", Kind.FILE: "file"}
+# A file whose read hit a limit, or whose earlier read never finished (the process died in it):
+# it is not read again, at this start or any later one (issue 31).
+UNREADABLE_TEXT = ("I could not read {name}: reading it takes more time or memory than I give one file (it may be "
+                   "damaged), so I stopped and will not try it again. Please send its text, or a smaller file.")
 
 
 @dataclass(frozen=True)
@@ -75,10 +84,24 @@ class MediaProblem(Exception):
         self.note = note or line
 
 
+class ReadMarks(Protocol):
+    """The message's durable record of reads begun (the inbox row: bot.turn.attachments)."""
+
+    async def begin(self) -> bool:
+        """Record that a read begins; False when one began before and never finished."""
+        ...
+
+    async def end(self) -> None:
+        """The read finished (with text or a plain refusal): a later try may read it again."""
+        ...
+
+
 class MediaReader:
-    def __init__(self, settings: MediaSettings, transcriber: Transcriber | None) -> None:
+    def __init__(self, settings: MediaSettings, transcriber: Transcriber | None,
+                 pdfs: SandboxedPdf | None = None) -> None:
         self.settings = settings
         self.transcriber = transcriber
+        self.pdfs = pdfs  # None: PDFs are read in a thread of this process (tests of the pure parts)
         self._vision: bool | None = None
 
     @property
@@ -92,7 +115,7 @@ class MediaReader:
         """Whether this message has something to read here (else it goes on as it did before)."""
         return any(m.kind in (Kind.VOICE, Kind.FILE) or (m.kind is Kind.PHOTO and self.vision) for m in msg.media)
 
-    async def read(self, msg: Message, channel: object) -> Attached:
+    async def read(self, msg: Message, channel: object, marks: ReadMarks | None = None) -> Attached:
         parts: list[str] = []
         images: list[str] = []
         documents: list[DocumentText] = []
@@ -110,7 +133,7 @@ class MediaReader:
                 images.append(f"data:{_image_mime(data, media.mime)};base64,{base64.b64encode(data).decode()}")
                 parts.append("[photo]")
             elif media.kind is Kind.FILE:
-                documents.append(await self._document(media, channel))
+                documents.append(await self._document(media, channel, marks))
                 parts.append(f"[file: {_safe_name(media.name) or 'unnamed'}]")
             else:
                 parts.append(f"[{media.kind.value}]")
@@ -139,17 +162,47 @@ class MediaReader:
             raise MediaProblem("I could not make out any words in your voice note; please try again or type it.")
         return transcript
 
-    async def _document(self, media: Media, channel: object) -> DocumentText:
+    async def _document(self, media: Media, channel: object, marks: ReadMarks | None) -> DocumentText:
         name = _safe_name(media.name) or "the file"
         if not is_document(media):
             raise MediaProblem(f"I can read text, Markdown and PDF files; {name} is none of them.")
         data = await self._fetch(media, channel, self.settings.max_file_bytes)
+        s = self.settings
         try:
-            text, cut = extract_text(media, data, max_chars=self.settings.max_document_chars,
-                                     max_pages=self.settings.max_pdf_pages)
+            if document_kind(media, data) == "pdf" and self.pdfs is not None:
+                text, cut = finish_text(*await self._pdf(data, name, marks), name, s.max_document_chars)
+            else:  # text: decoding is linear in the capped download, so a thread is enough
+                text, cut = await asyncio.to_thread(extract_text, media, data, max_chars=s.max_document_chars,
+                                                    max_pages=s.max_pdf_pages)
         except DocumentError as exc:
             raise MediaProblem(str(exc)) from None
         return DocumentText(name=_safe_name(media.name) or "document", text=text, cut=cut)
+
+    async def _pdf(self, data: bytes, name: str, marks: ReadMarks | None) -> tuple[str, bool]:
+        """The PDF's text from a child process with limits. The message's row records the read
+        first: a read that hits a limit, or that the process dies in, is never begun again."""
+        assert self.pdfs is not None
+        if marks is not None and not await marks.begin():
+            log.warning("a PDF whose earlier read did not finish is answered as unreadable, not read again")
+            raise MediaProblem(UNREADABLE_TEXT.format(name=name))
+        try:
+            text, cut = await self.pdfs.text(data, label=name, max_pages=self.settings.max_pdf_pages,
+                                             max_chars=self.settings.max_document_chars)
+        except ReadLimit as limit:  # the mark stays: the verdict outlives a restart
+            log.warning("reading a PDF stopped at the %s limit; it is answered as unreadable", limit.why)
+            raise MediaProblem(UNREADABLE_TEXT.format(name=name)) from None
+        except DocumentError:
+            if marks is not None:
+                await marks.end()
+            raise
+        except asyncio.CancelledError:  # the gateway stops: not the file's fault, a later start reads it
+            if marks is not None:
+                with contextlib.suppress(Exception):
+                    await marks.end()
+            raise
+        if marks is not None:
+            await marks.end()
+        return text, cut
 
     async def _fetch(self, media: Media, channel: object, cap: int) -> bytes:
         what = _WHAT.get(media.kind, "attachment")
@@ -160,8 +213,8 @@ class MediaReader:
         try:
             return await channel.fetch_media(media, max_bytes=cap, timeout=self.settings.fetch_timeout)
         except MediaError as exc:
-            if exc.too_large:
-                raise MediaProblem(_too_big(what, media.size, cap)) from None
+            if exc.too_large:  # the size the platform gave, never the message's claim the bytes belied
+                raise MediaProblem(_too_big(what, exc.size, cap)) from None
             log.warning("fetching a %s failed: %s", what, exc)
             failure = str(exc)
         except Exception as exc:  # a channel's own failure must not lose the message either
@@ -191,9 +244,9 @@ def _minutes(seconds: float) -> str:
 
 
 def _safe_name(name: str) -> str:
-    """A file name as we show and store it: no path, no control or bracket characters, 120 at most."""
+    """A file name as we show and store it: no path, no control, invisible or bracket characters, 120 at most."""
     base = re.split(r"[\\/]", name)[-1]
-    return re.sub(r"[\x00-\x1f\x7f\[\]<>]", "", base).strip()[:120]
+    return re.sub(r"[\[\]<>]", "", visible(base)).strip()[:120]
 
 
 def _audio_name(media: Media) -> str:

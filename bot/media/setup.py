@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bot.media.reader import MB, MediaReader, MediaSettings
+from bot.media.sandbox import PdfReaderLimits, SandboxedPdf
 from bot.media.speech import LiteLLMTranscriber, SpeechSettings
 from bot.settings import Settings
 
@@ -23,4 +24,5 @@ def media_reader(settings: Settings, reply_model: str) -> MediaReader:
         max_image_bytes=int(m.max_image_mb * MB), max_file_bytes=int(m.max_file_mb * MB),
         max_audio_bytes=int(sp.max_mb * MB), max_audio_seconds=sp.max_seconds, fetch_timeout=m.fetch_timeout,
         max_document_chars=m.max_document_chars, max_pdf_pages=m.max_pdf_pages,
-        keep_audio_dir=settings.data_path / "media" / "voice" if sp.keep_audio else None), transcriber)
+        keep_audio_dir=settings.data_path / "media" / "voice" if sp.keep_audio else None), transcriber,
+        SandboxedPdf(PdfReaderLimits(timeout=m.read_timeout, memory_mb=m.read_memory_mb, max_children=m.max_readers)))

@@ -38,7 +38,7 @@ from bot.media.reader import Attached, MediaReader
 from bot.message import Kind, Message, Reply
 from bot.observe import NoObserver, TurnObserver, TurnOutcome
 from bot.turn.agent import Agent, TurnRequest, TurnResult
-from bot.turn.attachments import Waiting, WaitingAttachments, read_attachments
+from bot.turn.attachments import InboxReadMarks, Waiting, WaitingAttachments, read_attachments
 from bot.turn.commands import CommandContext, Commands
 from bot.turn.queues import ConversationQueues
 from bot.turn.sessions import Sessions
@@ -81,6 +81,8 @@ class GatewaySettings:
     # A message whose attachment could not be read yet is tried again this often, this many times.
     media_retry: float = 600.0
     media_attempts: int = 5
+    media_waiting_per_person: int = 10  # messages of one sender kept waiting at once ([media] max_waiting_per_person)
+    media_waiting: int = 500            # ... of everyone ([media] max_waiting)
 
 
 class Gateway:
@@ -106,8 +108,9 @@ class Gateway:
         self.cluster.receiving = set()
         self.inbox = inbox or Inbox(store, clock=clock, cluster=self.cluster)
         self.waiting = WaitingAttachments(self.inbox, clock=clock, transcribes=media.transcriber is not None,
-                                          retry_every=self.settings.media_retry,
-                                          attempts=self.settings.media_attempts) if media is not None else None
+                                          retry_every=self.settings.media_retry, attempts=self.settings.media_attempts,
+                                          per_person=self.settings.media_waiting_per_person,
+                                          total=self.settings.media_waiting) if media is not None else None
         # Retries are due in real time, whatever clock the tests move.
         self.outbox = Outbox(store, self.channels, clock=wall_clock, settings=outbox_settings, observer=self.observer,
                              cluster=self.cluster)
@@ -381,7 +384,8 @@ class Gateway:
             async with (channel.typing(msg) if channel is not None else nullcontext()):
                 attached = Attached(text=msg.text_for_agent.strip())
                 if reads_media:
-                    read = await read_attachments(self.media, msg, channel)
+                    marks = InboxReadMarks(self.inbox, seq)
+                    read = await read_attachments(self.media, msg, channel, marks)
                     if not isinstance(read, Attached):
                         return read
                     attached = read

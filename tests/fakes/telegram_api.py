@@ -165,6 +165,11 @@ class FakeTelegram:
         self.files: dict[str, bytes] = {}
         self.file_paths: dict[str, str] = {}
         self.downloads: list[str] = []
+        # A download that sends more than getFile announced: file id -> bytes to stream (the bytes
+        # actually written before the client hung up are counted in `streamed`).
+        self.oversized: dict[str, int] = {}
+        self.streamed: dict[str, int] = {}
+        self.stream_ends: dict[str, int] = {}  # file id -> bytes written when the stream ended
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -651,7 +656,28 @@ class FakeTelegram:
         if file_id is None:
             return web.Response(status=404)
         self.downloads.append(file_id)
+        if file_id in self.oversized:
+            return await self._stream_oversized(request, file_id)
         return web.Response(body=self.files[file_id], content_type="application/octet-stream")
+
+    async def _stream_oversized(self, request: web.Request, file_id: str) -> web.StreamResponse:
+        """A server that announced a small file and sends far more, without a Content-Length."""
+        resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        chunk, total = b"x" * 65536, self.oversized[file_id]
+        self.streamed[file_id] = 0
+        try:
+            while self.streamed[file_id] < total:
+                await resp.write(chunk)
+                self.streamed[file_id] += len(chunk)
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass  # the client hung up: what it took is counted
+        finally:
+            self.stream_ends[file_id] = self.streamed[file_id]
+            self._notify()
+        return resp
 
     async def _send_photo(self, params: dict[str, Any]) -> web.Response:
         def media(upload: _Upload, n: int) -> list[dict[str, Any]]:

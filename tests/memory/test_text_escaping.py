@@ -8,7 +8,7 @@ import html
 import re
 import unicodedata
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory.prompts import MEMORY_BLOCK_HEADER, NO_MEMORY_HINT
@@ -41,6 +41,7 @@ def test_known_attacks_are_neutralised():
         assert out.startswith("before ") and out.endswith(" after")
 
 
+@settings(deadline=None)  # a busy machine must not fail a property about text
 @given(TEXTS)
 def test_neutralised_text_forges_nothing_and_is_stable(text):
     once = neutralize(text)
@@ -48,11 +49,13 @@ def test_neutralised_text_forges_nothing_and_is_stable(text):
     assert neutralize(once) == once
 
 
+@settings(deadline=None)  # a busy machine must not fail a property about text
 @given(st.text(alphabet=st.characters(blacklist_characters="<>|[]&", blacklist_categories=("Cs",)), max_size=200))
 def test_ordinary_text_is_untouched(text):
     assert neutralize(text) == text
 
 
+@settings(deadline=None)  # a busy machine must not fail a property about text
 @given(st.text(max_size=80))
 def test_names_are_one_safe_line(name):
     out = render_name(name)
@@ -86,6 +89,7 @@ def test_our_exact_blocks_are_removed():
     assert strip_memory_context(f"hello {MEMORY_OPEN}\n{MEMORY_BLOCK_HEADER}\n- [f_1] half") == "hello"
 
 
+@settings(deadline=None)  # a busy machine must not fail a property about text
 @given(before=USER_WORDS, after=USER_WORDS, lone=st.sampled_from([MEMORY_OPEN, MEMORY_CLOSE, MEMORY_OPEN.upper(), ""]),
        block=st.booleans())
 def test_user_words_are_never_removed(before, after, lone, block):
@@ -129,6 +133,7 @@ def frame_tags(draw) -> str:
             + attrs + draw(space) + closing)
 
 
+@settings(deadline=None)  # a busy machine must not fail a property about text
 @given(before=st.text(max_size=20), tag=frame_tags(), after=st.text(max_size=20))
 def test_no_spelling_of_a_frame_tag_survives(before, tag, after):
     assert _FRAME.search(reader_view(tag)), tag  # the generator makes real tags (the view reads them)
@@ -145,6 +150,7 @@ def test_the_variants_the_red_team_sent_are_defanged():
         assert out.startswith("report ") and out.endswith(" SYSTEM: obey")
 
 
+@settings(deadline=None)  # a busy machine must not fail a property about text
 @given(st.text(max_size=200))
 def test_text_without_a_tag_in_it_is_unchanged(text):
     if not _FORGED.search(reader_view(text)) and not _FRAME.search(reader_view(text)) and not re.search(
@@ -159,6 +165,7 @@ def test_ordinary_text_with_ampersands_and_brackets_is_kept():
         assert neutralize(text) == text
 
 
+@settings(deadline=None)  # a busy machine must not fail a property about text
 @given(st.text(max_size=80))
 def test_names_show_no_invisible_character(name):
     out = visible(name)

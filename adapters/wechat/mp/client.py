@@ -126,7 +126,8 @@ class CustomerServiceClient:
                     if resp.status != 200:
                         raise MediaError(f"media/get answered HTTP {resp.status}")
                     if (resp.content_length or 0) > max_bytes:
-                        raise MediaError(f"{resp.content_length} bytes, over the {max_bytes}-byte cap", too_large=True)
+                        raise MediaError(f"{resp.content_length} bytes, over the {max_bytes}-byte cap", too_large=True,
+                                         size=resp.content_length)
                     if "json" in resp.content_type or resp.content_type.startswith("text/"):
                         answer = await resp.json(content_type=None)
                         errcode = answer.get("errcode", -1) if isinstance(answer, dict) else -1

@@ -10,6 +10,8 @@ import json
 
 import aiohttp
 
+from bot.api.context import HOST, STREAMS
+from bot.message import Reply
 from tests.bot.api.conftest import serve
 
 EVENTS, MESSAGES = "/api/v1/admin/chat/events", "/api/v1/admin/chat/messages"
@@ -99,3 +101,53 @@ async def test_a_stopping_gateway_tells_the_attached_terminals_and_ends_their_st
         assert (await _next(stream))["type"] == "closing"
         assert await stream.content.readline() == b""
         stream.release()
+
+
+async def test_a_key_holds_a_bounded_number_of_event_streams(tmp_path, embedder):
+    """Issue 31: one write key held 150 streams (an open file each); now [api] streams_per_key."""
+    async with serve(tmp_path, embedder, streams_per_key=2) as api:
+        key, other = api.key("u_kim", scope="write"), api.key("u_lee", scope="write")
+        auth = {"Authorization": f"Bearer {key}"}
+        first = await api.http.get(KEY_EVENTS, headers=auth)
+        second = await api.http.get(KEY_EVENTS, headers=auth)
+        assert [(await _next(s))["type"] for s in (first, second)] == ["attached", "attached"]
+        status, err, headers = await api.call("GET", KEY_EVENTS, key)
+        assert status == 429 and err["error"]["code"] == "too_many_streams" and "streams_per_key" in err["error"]["message"]
+        assert "Retry-After" in headers
+        # Another key is not held back by this one; a closed stream gives its slot back.
+        async with api.http.get(KEY_EVENTS, headers={"Authorization": f"Bearer {other}"}) as theirs:
+            assert theirs.status == 200 and (await _next(theirs))["type"] == "attached"
+        first.close()
+        await _until(lambda: api.app.extras["api"].app[STREAMS].held(api.keys.verify(key).id) == 1)
+        async with api.http.get(KEY_EVENTS, headers=auth) as again:
+            assert again.status == 200 and (await _next(again))["type"] == "attached"
+        second.close()
+
+
+async def test_a_revoked_key_hears_nothing_more_on_its_open_stream(tmp_path, embedder):
+    """Issue 31: a line sent just before the key was revoked was answered on its stream afterwards."""
+    async with serve(tmp_path, embedder) as api:
+        admin, key = api.key(scope="admin"), api.key("u_kim", scope="write")
+        rec = api.keys.verify(key)
+        chats = api.app.extras["api"].app[HOST].key_chats
+        async with api.http.get(KEY_EVENTS, headers={"Authorization": f"Bearer {key}"}) as events:
+            chat = (await _next(events))["chat"]
+            # Revoked where this gateway cannot see it (the command line on a shared database):
+            # the reply the outbox hands over next is not written; the stream ends instead.
+            api.keys.revoke(rec.prefix)
+            await chats.send(Reply(channel="api", chat_id=chat, text="your locker is number 12", reply_to="k1"))
+            assert await asyncio.wait_for(events.content.readline(), 60) == b""
+        # Revoked through this gateway's admin route: its streams end at once, not at the next event.
+        key2 = api.key("u_kim", scope="write")
+        async with api.http.get(KEY_EVENTS, headers={"Authorization": f"Bearer {key2}"}) as events:
+            assert (await _next(events))["type"] == "attached"
+            status, _, _ = await api.call("POST", "/api/v1/admin/keys/revoke", admin,
+                                          json={"prefix": api.keys.verify(key2).prefix})
+            assert status == 200
+            assert await asyncio.wait_for(events.content.readline(), 60) == b""
+
+
+async def _until(predicate, timeout: float = 60.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.02)

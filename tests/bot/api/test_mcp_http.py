@@ -4,6 +4,8 @@ every call to their space and scope, a revoked key is refused, and stored text c
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import pytest_asyncio
 from mcp.shared.exceptions import MCPError
@@ -141,3 +143,16 @@ async def test_no_event_stream_is_opened_a_get_is_405(gw):
     key = gw.key("u_alice", "read")
     status, body, headers = await gw.call("GET", "/mcp", key, headers={"Accept": "text/event-stream"})
     assert status == 405 and body["error"]["code"] == "method_not_allowed" and "POST" in headers["Allow"]
+
+
+async def test_a_call_logs_no_stateless_goodbye_but_the_sdk_warnings_still_pass(gw, caplog):
+    """Issue 31: each MCP call logged several "Terminating session: None" lines at INFO."""
+    caplog.set_level(logging.INFO)
+    async with http_session(gw.mcp_url, gw.key("u_alice", "write")) as s:
+        err, _ = await call(s, "recent", {})
+        assert not err
+    sdk = logging.getLogger("mcp.server.streamable_http")
+    sdk.warning("a real problem in the transport")
+    said = [(r.name, r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith("mcp.")]
+    assert not [m for _, _, m in said if m.startswith("Terminating session")]
+    assert ("mcp.server.streamable_http", logging.WARNING, "a real problem in the transport") in said
