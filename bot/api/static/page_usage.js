@@ -11,6 +11,12 @@ const DAY = 86400000;
 const table = (heads, rows) => h('div', {class: 'scroll'}, h('table', {class: 'data'},
   h('thead', {}, h('tr', {}, heads.map(([k, cls]) => h('th', {scope: 'col', class: cls}, t(k))))), h('tbody', {}, rows)));
 const cell = (v, cls) => h('td', {class: cls}, v);
+// A model id can be a GGUF's path (llama.cpp) or a long Hugging Face id (vLLM): shown cut, with an
+// ellipsis, so the numbers beside it stay in view; the whole id on hover (and to screen readers).
+// A path shows its file name, the part that tells models apart.
+const isPath = (id) => /^(\/|~|[A-Za-z]:[\\/])/.test(id);
+const modelCell = (id) => h('td', {class: 'model', title: id, 'aria-label': id},
+  h('span', {class: 'clip'}, isPath(id) ? `…/${id.split(/[\\/]/).pop()}` : id));
 
 /** A card with a chart drawn at the card's width (and redrawn when it changes). */
 function chartCard(title, items, {seriesName, id, unit} = {}, ...after) {
@@ -68,7 +74,7 @@ export async function usagePage(root) {
       h('section', {class: 'card', id: 'usage-table'}, h('h2', {}, t('usage.table')),
         u.usage.length ? table([['usage.day'], ['usage.purpose'], ['usage.model'], ['usage.calls', 'num'], ['usage.prompt', 'num'],
           ['usage.completion', 'num'], ['usage.cost', 'num']],
-        u.usage.map((r) => h('tr', {}, cell(day(r.day)), cell(purpose(r.purpose)), cell(r.model || ''), cell(num(r.calls), 'num'),
+        u.usage.map((r) => h('tr', {}, cell(day(r.day)), cell(purpose(r.purpose)), modelCell(r.model || ''), cell(num(r.calls), 'num'),
           cell(num(r.prompt_tokens), 'num'), cell(num(r.completion_tokens), 'num'), cell(r.cost === null ? '—' : usd(r.cost), 'num'))))
           : h('p', {class: 'empty'}, t('usage.none')),
         cost ? h('p', {}, t('usage.total_cost', {cost: usd(cost)})) : null),

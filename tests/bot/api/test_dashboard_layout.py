@@ -361,3 +361,51 @@ async def test_admin_creates_a_key_shown_once_revokes_it_and_adds_a_shared_note(
             assert a.errors == [], a.errors
         finally:
             await browser.close()
+
+
+# Issue 30: the ids local servers give their models (llama.cpp a GGUF's path, vLLM a Hugging Face id).
+LONG_MODEL_IDS = ("/home/ann/.local/share/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                  "bartowski/Qwen2.5-Coder-32B-Instruct-abliterated-GGUF:Q4_K_M")
+
+
+@pytest.mark.timeout(300)  # a browser and a seeded space on a shared 2-core machine
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390", "1280"])
+async def test_the_usage_table_keeps_its_numbers_in_view_with_long_model_ids(api, tmp_path, viewport):
+    browser_or_skip()
+    from playwright.async_api import async_playwright
+
+    from memory.llm import charged_to
+
+    data = await seed(api)
+    with charged_to("u_alice"):
+        for purpose, model in zip(("ingest", "reconcile"), LONG_MODEL_IDS):
+            api.app.extras["usage"].add(purpose, model, True, 3000, 700)
+    async with async_playwright() as pw:
+        browser = await _browser(pw)
+        try:
+            ctx = await browser.new_context(viewport=viewport, locale="en-US")
+            p = Page(await ctx.new_page(), api.app.extras["api"].url, screenshot_folder(tmp_path))
+            await p.login(data["key"])
+            await p.go("usage")
+            await p.shot(f"usage-long-models-{viewport['width']}")
+            cells = p.page.locator("#usage-table td.model")
+            titles = [await cells.nth(i).get_attribute("title") for i in range(await cells.count())]
+            assert set(LONG_MODEL_IDS) <= set(titles), titles          # the whole id on hover
+            for model in LONG_MODEL_IDS:
+                clip = p.page.locator(f"#usage-table td.model[title='{model}'] .clip")
+                cut = await clip.evaluate("(e) => e.scrollWidth > e.clientWidth && getComputedStyle(e).textOverflow")
+                assert cut == "ellipsis", (model, cut)
+            # The table fits its card at 1280 px (no sideways scroll); on a phone the model column is
+            # at most as wide as the cut, so the numbers are a short swipe away, not a path's width.
+            table, box = await p.page.locator("#usage-table table").evaluate(
+                "(t) => [t.getBoundingClientRect().width, t.parentElement.getBoundingClientRect().width]")
+            if viewport is DESKTOP:
+                assert table <= box + 1, (table, box)
+            else:
+                widest, cut_at = await cells.evaluate_all(
+                    "(cs) => [Math.max(...cs.map((c) => c.getBoundingClientRect().width)),"
+                    " parseFloat(getComputedStyle(cs[0].querySelector('.clip')).maxWidth) + 17]")
+                assert widest <= cut_at, (widest, cut_at)
+            assert p.errors == [], p.errors
+        finally:
+            await browser.close()
