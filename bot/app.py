@@ -24,7 +24,7 @@ from bot.channel import CancelsReplies, Channel, HasLocalCommands, ReportsTroubl
 from bot.delivery.inbox import INBOX_ERASE, INBOX_MIGRATIONS
 from bot.delivery.outbox import OUTBOX_ERASE, OUTBOX_MIGRATIONS, Outbox, OutboxSettings
 from bot.media.setup import media_reader
-from bot.model_servers import down_hint, routed_model, shown_address
+from bot.model_servers import down_hint, route_fix, shown_address
 from bot.observe import Observers
 from bot.settings import Settings
 from bot.turn.agent import Agent, AgentSettings
@@ -68,7 +68,9 @@ def make_llm(settings: Settings, recorder: UsageRecorder | None, *, memory: bool
     c = settings.llm
     if not settings.llm_configured or (memory and not c.memory_llm):
         return None
-    model = routed_model(c.memory_model if memory and c.memory_model else c.model, c.api_base)
+    # The configured name as it is: memory/llm.py routes it (memory/model_route.py). A server at an
+    # address with no model named answers with its own (llama.cpp has one).
+    model = (c.memory_model if memory and c.memory_model else c.model) or "local"
 
     # A reply has a person waiting: streamed, so a silent server is told after first_token_timeout,
     # and an outage is not retried. Memory work runs in the background with its retries.
@@ -266,7 +268,8 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                                                         max_reply_chars=a.max_reply_chars,
                                                         document_chunk_chars=settings.media.document_chunk_chars,
                                                         model_address=shown_address(settings.llm.api_base, settings.llm.model),
-                                                        down_hint=down_hint(settings.llm.api_base, settings.llm.model)),
+                                                        down_hint=down_hint(settings.llm.api_base, settings.llm.model),
+                                                        model=settings.llm.model, route_fix=route_fix(settings.llm.model)),
                       clock=clock, observer=observers, approvals=approvals)
     gateway = Gateway(access=access, sessions=sessions, agent=agent, commands=commands, clock=clock,
                       settings=GatewaySettings(queue_size=settings.agent.queue_size,

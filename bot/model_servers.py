@@ -56,28 +56,18 @@ def shown_address(api_base: str, model: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
-def routed_model(model: str, api_base: str) -> str:
-    """The litellm model name a configured one is called by: an OpenAI-compatible server (api_base
-    set) speaks the openai protocol, so a bare name there is `openai/NAME`."""
-    model = model or "openai/local"
-    return f"openai/{model}" if api_base and "/" not in model else model
-
-
 def route_problem(model: str, api_base: str) -> str | None:
     """Why litellm cannot route this model (no provider in the name and no address), or None.
 
-    Asks litellm itself (`get_llm_provider`, no network), so every provider it knows is accepted;
-    with an address every name is routed (as openai/NAME), and litellm is not imported for it (its
-    import is seconds of the start-up)."""
+    With an address every name is routed (memory/model_route.py: the server's own id through the
+    openai protocol, or as written when it starts with a provider litellm knows), and litellm is
+    not imported for it (its import is seconds of the start-up); without one, litellm is asked."""
     if api_base:
         return None
     from memory.llm import import_litellm
+    from memory.model_route import route_problem as litellm_route_problem
 
-    try:
-        import_litellm().get_llm_provider(model=routed_model(model, api_base), api_base=api_base or None)
-    except Exception as exc:  # litellm raises BadRequestError("LLM Provider NOT provided ...") and others
-        return str(exc).split("\n", 1)[0].removeprefix("litellm.BadRequestError: ").split(". ", 1)[0][:120]
-    return None
+    return litellm_route_problem(import_litellm(), model, None)
 
 
 def check_models(settings) -> None:
@@ -94,10 +84,14 @@ def check_models(settings) -> None:
             continue
         problem = route_problem(model, c.api_base)
         if problem:
-            raise ConfigError(
-                f"'{key}' ({env}) = {model!r} names no provider litellm knows (litellm: {problem}): write it with its "
-                f"provider, e.g. openai/gpt-4o-mini or ollama/{bare_model(model) or 'qwen2.5'}, or set llm.api_base "
-                f"(MEMGATE_LLM_API_BASE) to your OpenAI-compatible server, e.g. http://127.0.0.1:11434/v1")
+            raise ConfigError(f"'{key}' ({env}) = {model!r} names no provider litellm knows (litellm: {problem}): "
+                              + route_fix(model))
+
+
+def route_fix(model: str) -> str:
+    """What to change when litellm cannot route a model name (a config problem, no server to blame)."""
+    return (f"write it with its provider, e.g. openai/gpt-4o-mini or ollama/{bare_model(model) or 'qwen2.5'}, or set "
+            "llm.api_base (MEMGATE_LLM_API_BASE) to your OpenAI-compatible server, e.g. http://127.0.0.1:11434/v1")
 
 
 def is_local(api_base: str, model: str = "") -> bool:

@@ -28,6 +28,11 @@ class LLMError(MemgateError):
     """An LLM call failed after its retries, or answered with something unusable."""
 
 
+class ModelNotRouted(LLMError):
+    """litellm cannot route the configured model name (no provider it knows, no address): a
+    configuration problem; no request was sent, so no server is to blame."""
+
+
 class ModelUnreachable(LLMError):
     """Nothing answered at the model's address (connection refused, no such host): an outage or
     a wrong address, which a retry a second later does not heal."""

@@ -18,8 +18,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from memory.errors import LLMError, ModelSilent, ModelTurnedDown, ModelUnreachable
+from memory.errors import LLMError, ModelNotRouted, ModelSilent, ModelTurnedDown, ModelUnreachable
 from memory.llm_stream import TextSink, streamed
+from memory.model_route import litellm_model, litellm_providers, route_problem
 
 log = logging.getLogger(__name__)
 
@@ -144,10 +145,16 @@ class LiteLLM:
         self.usage = Usage()
         self._sink = sink
         self._litellm = None
+        self._route: str | None = None        # the name litellm is called with (memory/model_route.py)
+        self._route_problem: str | None = None
 
     def _lib(self):
         if self._litellm is None:
-            self._litellm = import_litellm()
+            lib = import_litellm()
+            s = self.settings
+            self._route = litellm_model(s.model, s.api_base, litellm_providers(lib))
+            self._route_problem = route_problem(lib, s.model, s.api_base)
+            self._litellm = lib
         return self._litellm
 
     def warm(self) -> None:
@@ -159,8 +166,9 @@ class LiteLLM:
         worker to the loop of its first async call, and that throwaway loop's tasks were then
         carried onto the bot's loop (measured: the first real call is as fast either way)."""
         lib = self._lib()
-        lib.completion(model=self.settings.model, messages=[{"role": "user", "content": "warm up"}],
-                       mock_response="ok", api_key="sk-warm-up")
+        if self._route_problem is None:
+            lib.completion(model=self._route, messages=[{"role": "user", "content": "warm up"}],
+                           mock_response="ok", api_key="sk-warm-up")
 
     def _account(self, purpose: str, ok: bool, prompt: int, completion: int) -> None:
         self.usage.add(purpose, prompt, completion, ok)
@@ -173,8 +181,13 @@ class LiteLLM:
     async def complete(self, messages, *, purpose, tools=None, max_tokens=None, json_mode=False,
                        on_text=None) -> Completion:
         s = self.settings
+        lib = self._litellm if self._litellm is not None else await asyncio.to_thread(self._lib)
+        if self._route_problem is not None:
+            self._account(purpose, False, 0, 0)
+            raise ModelNotRouted(f"LLM call ({purpose}): litellm cannot route the model name {s.model!r} "
+                                 f"({self._route_problem}); no request was sent")
         kwargs: dict[str, Any] = {
-            "model": s.model,
+            "model": self._route,
             "messages": list(messages),
             "timeout": s.timeout,
             "temperature": s.temperature,
@@ -191,7 +204,6 @@ class LiteLLM:
             kwargs["tools"] = list(tools)
         if json_mode:
             kwargs["response_format"] = {"type": "json_object"}
-        lib = self._litellm if self._litellm is not None else await asyncio.to_thread(self._lib)
         last: Exception | None = None
         for attempt in range(s.retries + 1):
             try:

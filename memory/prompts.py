@@ -88,6 +88,10 @@ LLM_UNREACHABLE_APOLOGY = ("Sorry, nothing answers at my language model's addres
 LLM_TURNED_DOWN_APOLOGY = "Sorry, my language model ({address}) turned the call down: {why}. Your message is kept.{hint}"
 TURNED_DOWN_WHY = {404: "it has no model by the configured name", 401: "it refused the key", 403: "it refused the key",
                    400: "it called the request bad"}
+# The model's name routes nowhere (memory.errors.ModelNotRouted): a setting to change, nothing was
+# sent, so no server is blamed; {hint} names the key (bot.model_servers.route_fix) for whoever can act.
+LLM_NOT_ROUTED_APOLOGY = ("Sorry, my language model is not set up right: its name ({model}) names no provider litellm "
+                          "knows, so nothing was sent. Your message is kept.{hint}")
 LLM_SILENT_APOLOGY = ("Sorry, my language model ({address}) took the message but sent nothing for {seconds:g} s. "
                       "Your message is kept.{hint}")
 

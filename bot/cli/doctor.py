@@ -4,24 +4,16 @@ each, and say what to run or change for each that fails."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
-import threading
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bot.cli.doctor_llm import model_lines, start_model_check
 from bot.cli.run import NO_LLM_TEXT, dashboard_url
 from bot.errors import StoreLockedError
 from bot.model_servers import check_models
 from bot.settings import Settings
-from memory.errors import ModelSilent, ModelUnreachable
 from memory.private_files import loose_paths
-
-
-# How long doctor waits for the model's first token: with the other checks (which run meanwhile)
-# doctor ends within ~15 s whatever the model does (a server that hangs took 206 s before).
-MODEL_WAIT = 8.0
 
 
 def cmd_doctor(settings: Settings, args) -> int:
@@ -29,7 +21,7 @@ def cmd_doctor(settings: Settings, args) -> int:
     problems = 0
     check_models(settings)  # a model name litellm cannot route: one line naming the key (exit 2)
     # The model is asked first, in a thread: waiting on it overlaps the embedder's and the store's work.
-    model_check = _start_model_check(settings) if settings.llm_configured else None
+    model_check = start_model_check(settings) if settings.llm_configured else None
 
     def report(ok: bool, what: str, fix: str = "") -> None:
         nonlocal problems
@@ -80,23 +72,9 @@ def cmd_doctor(settings: Settings, args) -> int:
     if not settings.llm_configured:
         report(False, "no LLM configured", NO_LLM_TEXT.replace("\n", "\n       "))
     else:
-        from bot.model_servers import down_hint, shown_address
-
-        where = shown_address(settings.llm.api_base, settings.llm.model)
         model_check.join()
-        exc = model_check.failure
-        if exc is None:
-            report(True, f"LLM {settings.llm.model or '(server default)'} at {where} answers")
-        elif isinstance(exc, ModelSilent):
-            report(False, f"LLM at {where} accepted the call but sent nothing within {exc.seconds:g} s",
-                   "a model still loading can take longer (run doctor again); otherwise "
-                   + down_hint(settings.llm.api_base, settings.llm.model))
-        elif isinstance(exc, ModelUnreachable):
-            report(False, f"LLM at {where}: nothing answers there (connection refused or no such host)",
-                   down_hint(settings.llm.api_base, settings.llm.model))
-        else:
-            report(False, f"LLM at {where} did not answer: {str(exc)[:200]}",
-                   down_hint(settings.llm.api_base, settings.llm.model))
+        for ok, what, fix in model_lines(settings, model_check):
+            report(ok, what, fix)
     report(True, _media_line(settings))
     print("all good" if not problems else f"{problems} problem(s)")
     return 1 if problems else 0
@@ -145,37 +123,6 @@ def _mcp_line(settings: Settings, address: tuple[str, bool] | None) -> str:
         return "MCP for other agents: `memgate mcp` (stdio); no /mcp while the API is off"
     return f"MCP for other agents: `memgate mcp` (stdio), or {dashboard_url(settings, address[0])}mcp " \
         "(streamable HTTP, an API key as Bearer); docs/mcp.md"
-
-
-class _ModelCheck(threading.Thread):
-    """One short call to the reply model (no retries, MODEL_WAIT for the first token); `failure`
-    is what it raised, None when it answered."""
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(name="doctor-model", daemon=True)
-        self.settings = settings
-        self.failure: BaseException | None = None
-
-    def run(self) -> None:
-        from bot.app import make_llm
-
-        async def ping(llm) -> None:
-            llm.settings = replace(llm.settings, retries=0, timeout=MODEL_WAIT,
-                                   first_token_timeout=min(MODEL_WAIT, llm.settings.first_token_timeout or MODEL_WAIT))
-            await llm.complete([{"role": "user", "content": "Reply with the word OK."}], purpose="doctor", max_tokens=1)
-
-        try:
-            llm = make_llm(self.settings, None)
-            llm.warm()  # litellm's import and lazy first-call set-up are not the model's time
-            asyncio.run(ping(llm))
-        except BaseException as exc:  # reported as the model's line, whatever it is
-            self.failure = exc
-
-
-def _start_model_check(settings: Settings) -> _ModelCheck:
-    check = _ModelCheck(settings)
-    check.start()
-    return check
 
 
 def _database_files(settings: Settings) -> list[Path]:

@@ -16,9 +16,16 @@ from bot.model_servers import down_hint, shown_address
 async def test_model(api_base: str, model: str, key: str | None) -> str:
     """One short call to the model; returns its answer or raises MemgateError saying what to run."""
     from bot.app import make_llm
+    from bot.cli.doctor_llm import refusal
+    from bot.model_servers import probe, route_fix, route_problem
+    from memory.errors import ModelSilent, ModelUnreachable
     from memory.llm import set_offline_env
 
     set_offline_env()
+    problem = route_problem(model, api_base)
+    if problem:  # a name to fix, not a server to start: nothing would be sent
+        raise MemgateError(f"the model name {model!r} names no provider litellm knows (litellm: {problem}): "
+                           + route_fix(model))
     env = {"MEMGATE_CONFIG": os.devnull, "MEMGATE_LLM_API_BASE": api_base, "MEMGATE_LLM_MODEL": model,
            "MEMGATE_LLM_RETRIES": "0", "MEMGATE_LLM_TIMEOUT": "60"}
     if key:
@@ -27,9 +34,13 @@ async def test_model(api_base: str, model: str, key: str | None) -> str:
     llm = make_llm(settings, None)
     try:
         out = await llm.complete([{"role": "user", "content": "Reply with the word OK."}], purpose="onboard", max_tokens=5)
-    except Exception as exc:  # litellm's errors vary by provider: the line says what to do
+    except (ModelUnreachable, ModelSilent) as exc:  # it was tried: nothing, or silence, came back
         raise MemgateError(f"the model at {shown_address(api_base, model)} did not answer ({str(exc)[:160]}); "
                            f"{down_hint(api_base, model)}") from None
+    except Exception as exc:  # it answered with a refusal or an error: what it said, and what to change
+        found = await probe(api_base) if api_base else None
+        _, what, fix = refusal("the model", model, "--llm-model", settings, exc, found.models if found else ())
+        raise MemgateError(f"{what}; {fix}") from None
     return (out.content or "").strip()[:60]
 
 

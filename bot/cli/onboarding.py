@@ -119,13 +119,13 @@ async def _choose_model(flags: OnboardFlags, asker: TerminalAsker | None) -> tup
                 server = await probe(api_base, server=OLLAMA)
             if server is not None:
                 found = server.label
-                model = model or (server.models[0] if server.models else "")
+                model = _as_listed(model or (server.models[0] if server.models else ""), server)
         elif not model:
             servers = await detect(flags.probe)
             if not servers:
                 raise ConfigError(_nothing_found() + " Or pass --llm-api-base URL / --llm-model NAME.")
             api_base, found = servers[0].api_base, servers[0].label
-            model = servers[0].models[0] if servers[0].models else ""
+            model = _as_listed(servers[0].models[0] if servers[0].models else "", servers[0])
         if not model:
             raise ConfigError("no model name: pass --llm-model NAME (the server listed none)")
         await test_model(api_base, model, key)
@@ -146,6 +146,17 @@ async def _choose_model(flags: OnboardFlags, asker: TerminalAsker | None) -> tup
             continue
         asker.say(f"  ok, it answered: {answer!r}")
         return api_base, model, found, key
+
+
+def _as_listed(model: str, server: FoundServer | None) -> str:
+    """The name to write for a model the server lists: its id as it is, unless litellm would read
+    the id's first part as a provider (memory/model_route.py); any other name as typed."""
+    if not model or server is None or model not in server.models:
+        return model
+    from memory.llm import import_litellm
+    from memory.model_route import listed_name, litellm_providers
+
+    return listed_name(model, litellm_providers(import_litellm()))
 
 
 def _nothing_found() -> str:
@@ -176,7 +187,7 @@ async def _ask_model(flags: OnboardFlags, asker: TerminalAsker, key: str | None)
             if choice is None:
                 return "", "", "", key
             model = s.models[choice] if isinstance(choice, int) else choice
-            return s.api_base, model, s.label, key
+            return s.api_base, _as_listed(model, s), s.label, key
     else:
         asker.say("  " + _nothing_found())
     where = asker.ask("An OpenAI-compatible address (http://...), a litellm model name (e.g. openai/gpt-4o-mini), "
@@ -189,7 +200,7 @@ async def _ask_model(flags: OnboardFlags, asker: TerminalAsker, key: str | None)
         if listed:
             asker.say(f"  it lists: {listed}")
         model = asker.ask("Model name", server.models[0] if server and server.models else "")
-        return where, model, server.label if server else "", key
+        return where, _as_listed(model, server), server.label if server else "", key
     if not key:
         key = asker.secret(f"API key for {where} (kept in a private env file, never in the config)") or None
     return "", where, "", key

@@ -26,7 +26,7 @@ from bot.turn.tools import ToolBox, ToolContext
 from memory import prompts
 from memory.ingest.capture import CapturedTurn, TurnMessage
 from memory.engine import MemoryEngine
-from memory.errors import LLMError, ModelSilent, ModelTurnedDown, ModelUnreachable
+from memory.errors import LLMError, ModelNotRouted, ModelSilent, ModelTurnedDown, ModelUnreachable
 from memory.llm import LLM, charged_to
 from memory.recall.block import extend_block
 from memory.text import estimate_tokens, frame_attribute, neutralize
@@ -79,6 +79,8 @@ class AgentSettings:
     max_reply_chars: int = 20_000       # longer replies are cut at a boundary, with a note
     model_address: str = "the model server"  # shown when the model fails (never a key)
     down_hint: str = ""                 # logged when the model fails: what to run to bring it back
+    model: str = ""                     # the configured reply model's name, shown when it cannot be routed
+    route_fix: str = ""                 # what to change when it cannot be routed (a setting, not a server)
     document_chunk_chars: int = 1500    # one memory row per piece of a document of this size
 
 
@@ -181,7 +183,8 @@ class Agent:
             reply, failed = prompts.TIMEOUT_APOLOGY.format(address=self.settings.model_address), True
         except LLMError as exc:
             log.warning("turn %s: LLM failed (%s): %s; %s", req.turn_id, self.settings.model_address, exc,
-                        self.settings.down_hint or "`memgate doctor` checks the model")
+                        (f"llm.model (MEMGATE_LLM_MODEL): {self.settings.route_fix}" if isinstance(exc, ModelNotRouted)
+                         else self.settings.down_hint) or "`memgate doctor` checks the model")
             reply, failed = self._model_trouble(exc, req), True
         t_llm = time.perf_counter()
         said_text = req.text
@@ -219,6 +222,9 @@ class Agent:
         such, with what to run for whoever can run it (the terminal's person, an admin)."""
         address = self.settings.model_address
         can_act = req.channel == "console" or req.ctx.may_write_public
+        if isinstance(exc, ModelNotRouted):
+            fix = f" Set llm.model (MEMGATE_LLM_MODEL): {self.settings.route_fix}." if can_act and self.settings.route_fix else ""
+            return prompts.LLM_NOT_ROUTED_APOLOGY.format(model=self.settings.model, hint=fix)
         hint = f" {self.settings.down_hint[:1].upper()}{self.settings.down_hint[1:]}" if can_act and self.settings.down_hint else ""
         if isinstance(exc, ModelUnreachable):
             return prompts.LLM_UNREACHABLE_APOLOGY.format(address=address, hint=hint)

@@ -159,14 +159,14 @@ async def test_a_slow_first_token_within_the_timeout_is_waited_for_and_streamed(
 
 async def test_doctor_waits_for_a_silent_model_only_its_budget(tmp_path, fake_llm, monkeypatch):
     # Found: `memgate doctor` took 206 s on a server that accepts and never answers (60 s x 3 tries).
-    from bot.cli import doctor
+    from bot.cli import doctor_llm as doctor
     from memory.errors import ModelSilent
 
     never = asyncio.Event()
     fake_llm.responder = lambda body: After(never.wait, "too late")
     monkeypatch.setattr(doctor, "MODEL_WAIT", 1.0)
     settings = load_settings(None, env={**_env(tmp_path, fake_llm.base_url), "MEMGATE_LLM_RETRIES": "2"})
-    check = doctor._start_model_check(settings)
+    check = doctor.start_model_check(settings)
     await asyncio.to_thread(check.join, 120)
     assert isinstance(check.failure, ModelSilent) and check.failure.seconds == 1.0
     # One try that reached the server (litellm's set-up is not counted in the budget), given up on

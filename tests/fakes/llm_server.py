@@ -95,8 +95,12 @@ class _Answer:
 class FakeLLM:
     """Scripted OpenAI-compatible server; use as `async with FakeLLM() as llm:`."""
 
-    def __init__(self, responder: Callable[[dict], Script] | None = None, embed_dim: int = 384) -> None:
+    def __init__(self, responder: Callable[[dict], Script] | None = None, embed_dim: int = 384,
+                 models: tuple[str, ...] | None = None) -> None:
         self.requests: list[dict] = []
+        # The ids /v1/models lists. Given, the server is strict as vLLM and Ollama are: a chat
+        # request for any other name gets 404 (not given: anything is answered, as llama.cpp does).
+        self.models = models
         self.request_times: list[float] = []  # time.monotonic() of each chat request, in order
         self.embedding_requests: list[dict] = []
         # Speech-to-text: each request's form fields and its file (name, content type, bytes).
@@ -190,6 +194,8 @@ class FakeLLM:
         body = await _json_body(request)
         self.requests.append(body)
         self.request_times.append(time.monotonic())
+        if self.models is not None and body.get("model") not in self.models:
+            return _error_response(404, f"The model `{body.get('model')}` does not exist.")
         item = self._queue.popleft() if self._queue else self._fallback(body)
         outcome = await self._resolve(item, body)
         if isinstance(outcome, FakeError):
@@ -313,7 +319,7 @@ class FakeLLM:
         created = int(time.time())
         models = [
             {"id": name, "object": "model", "created": created, "owned_by": "memgate-tests"}
-            for name in (MODEL_NAME, EMBED_MODEL_NAME)
+            for name in (self.models if self.models is not None else (MODEL_NAME, EMBED_MODEL_NAME))
         ]
         return web.json_response({"object": "list", "data": models})
 

@@ -308,3 +308,60 @@ async def test_onboarding_offers_a_proxy_when_the_bot_api_cannot_be_reached(tmp_
     settings = load_settings(config, env={})
     assert settings.channels.telegram.enabled and settings.channels.telegram.proxy == proxy.url("socks5")
     assert f"telegram:{OWNER_ID}" in settings.access.owners
+
+
+# --- issue 30: the id a model server lists is what onboard writes --------------------------------
+
+async def test_non_interactive_onboard_writes_the_hugging_face_id_the_server_lists(tmp_path):
+    # Found: onboard found the model at the address, its one-call test failed ("LLM Provider NOT
+    # provided") and it blamed the server, which never saw a request; nothing was written.
+    from tests.fakes.llm_server import FakeLLM
+
+    config = tmp_path / "memgate.toml"
+    async with FakeLLM(models=("Qwen/Qwen2.5-7B-Instruct",)) as server:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot.cli", "onboard", "--non-interactive", "--config", str(config),
+            "--data-dir", str(tmp_path / "data"), "--llm-api-base", server.base_url, cwd=ROOT, env=clean_env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 240)
+    assert proc.returncode == 0, err.decode()
+    assert load_settings(config, env={}).llm.model == "Qwen/Qwen2.5-7B-Instruct"
+    assert [r["model"] for r in server.requests] == ["Qwen/Qwen2.5-7B-Instruct"]
+
+
+async def test_non_interactive_onboard_with_a_name_litellm_cannot_route_blames_no_server(tmp_path):
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "onboard", "--non-interactive", "--config", str(tmp_path / "m.toml"),
+        "--llm-model", "qwen2.5", cwd=ROOT, env=clean_env(), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 240)
+    text = err.decode()
+    assert proc.returncode != 0 and text.count("\n") == 1 and "Traceback" not in text, text
+    assert "'qwen2.5' names no provider litellm knows" in text and "MEMGATE_LLM_API_BASE" in text, text
+    assert "running" not in text and "did not answer" not in text
+    assert not (tmp_path / "m.toml").exists()
+
+
+async def test_interactive_onboard_writes_the_gguf_path_picked_from_the_list(tmp_path):
+    from tests.fakes.llm_server import FakeLLM
+
+    gguf = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    async with FakeLLM(models=("other.gguf", gguf)) as server:
+        tty, config = onboard_tty(tmp_path, server.base_url)
+        try:
+            await tty.answers(("Where should memgate keep its data?", tmp_path / "data"), ("Which one?", None))
+            number = next(line.split(")")[0].strip() for line in tty.screen_lines() if server.base_url in line)
+            tty.send(f"{number}\r")
+            await tty.answers(
+                ("Which model?", "2"),
+                ("ok, it answered", None),
+                ("Your name in the terminal chat", "ann"),
+                ("Telegram? [y/N]", "n"),
+                ("WeChat (personal account, iLink QR login)? [y/N]", "n"),
+                ("Start it with:", None),
+            )
+            assert await tty.exit_status() == 0
+        finally:
+            tty.close()
+    assert load_settings(config, env={}).llm.model == gguf
+    assert [r["model"] for r in server.requests] == [gguf]
