@@ -71,8 +71,9 @@ class ConsoleDraft:
         self.interval = DRAFT_INTERVAL_TTY if console.interactive else DRAFT_INTERVAL_PIPE
         self.printed = ""   # into a pipe: the text written so far
 
-    async def show(self, text: str) -> None:
+    async def show(self, text: str) -> bool:
         await self.console.show_draft(self, text)
+        return True
 
     async def drop(self) -> None:
         await self.console.end_draft(self)

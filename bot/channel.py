@@ -89,10 +89,11 @@ class Draft(Protocol):
     # handed back to `open_draft` after a restart, and replaced by the reply's parts (DRAFT).
     handles: Sequence[str]
 
-    async def show(self, text: str) -> None:
+    async def show(self, text: str) -> bool:
         """The reply so far, whole (redacted markdown). It may be shorter than, or differ from, the
-        last one shown (a retry writes the answer again). Raises ChannelError: nothing more is
-        shown of this draft then; the reply still comes through `send`."""
+        last one shown (a retry writes the answer again). False: not shown yet (too little so
+        far); the same text is offered again after `interval`. Raises ChannelError: nothing more
+        is shown of this draft then; the reply still comes through `send`."""
         ...
 
     async def drop(self) -> None:

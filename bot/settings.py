@@ -138,6 +138,9 @@ class TelegramConfig(_Section):
     poll_timeout: float = Field(30.0, gt=0, le=300)
     # Where the Bot API is blocked (mainland China): every Bot API call goes through this proxy.
     proxy: str = ""                     # http://host:port or socks5://host:port; empty = direct
+    # A reply being written grows in one message, edited at most this often per chat (groups: 3 s
+    # at least); 0 = replies are sent whole.
+    stream_seconds: float = Field(1.0, ge=0, le=60)
 
     @field_validator("proxy")
     @classmethod

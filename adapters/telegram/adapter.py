@@ -2,7 +2,9 @@
 
 Updates become `bot.message.Message` (every kind, media included: the gateway decides what to
 answer; inbound.py); a `Reply` is split on its markdown source at Telegram's 4096 limit, each part
-is sent as HTML and, when Telegram cannot parse it, again as plain text (outbound.py). This module
+is sent as HTML and, when Telegram cannot parse it, again as plain text (outbound.py); a reply
+being written grows in one message, edited as it comes, and the finished reply is its last edit
+(draft.py, with `stream_seconds` > 0). This module
 holds the lifecycle: getMe, polling that confirms only what the gateway recorded, the typing
 hint, the command menu (what Telegram accepts of it: menu.py) and the token kept out of the logs
 (token_filter.py). Our @username comes from getMe; a group command addressed to another bot
@@ -27,6 +29,7 @@ from telegram.constants import ChatAction
 from telegram.error import InvalidToken, TelegramError
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 
+from adapters.telegram.draft import TelegramDraft, TelegramDrafts
 from adapters.telegram.inbound import message_from_update
 from adapters.telegram.media import FileSource, fetch_file, file_base_url
 from adapters.telegram.menu import telegram_menu
@@ -39,7 +42,7 @@ from adapters.telegram.outbound import (
     utf16_len,
 )
 from adapters.telegram.token_filter import RedactToken
-from bot.channel import InboundHandler, MenuCommand
+from bot.channel import DRAFT, DRAFT_DROP, InboundHandler, MenuCommand
 from bot.errors import ChannelError, StoreError
 from bot.message import Media, Message, Reply
 
@@ -68,7 +71,11 @@ class TelegramAdapter:
         retry_delay: float = 1.0,
         request_timeout: float = 20.0,
         proxy: str | None = None,
+        stream_seconds: float = 0.0,
     ) -> None:
+        """`stream_seconds` > 0: a reply being written is shown growing in one message, edited at most
+        this often per chat (draft.py; `[channels.telegram] stream_seconds` sets it for `memgate run`);
+        0: replies are sent whole."""
         if not token:
             raise ChannelError("telegram: a bot token is required")
         self.name = name
@@ -92,6 +99,7 @@ class TelegramAdapter:
         self._sending: set[asyncio.Task[Any]] = set()
         self._redact = RedactToken(token)
         self._sender = Sender(name, self._safe, network_retries=network_retries, retry_delay=retry_delay)
+        self._drafts = TelegramDrafts(name, self._sender, stream_seconds)
         self._menu: tuple[MenuCommand, ...] = ()
         # Asked before each getUpdates when processes share a database (bot.channel.OneReceiver).
         self.may_receive: Callable[[], Awaitable[bool]] | None = None
@@ -336,10 +344,18 @@ class TelegramAdapter:
         if task is not None:
             self._sending.add(task)
         try:
-            await self._sender.send(app, reply)
+            if reply.extra.get(DRAFT) or reply.extra.get(DRAFT_DROP):
+                await self._drafts.finish(app, reply)   # it replaces what was shown while it was written
+            else:
+                await self._sender.send(app, reply)
         finally:
             if task is not None:
                 self._sending.discard(task)
+
+    def open_draft(self, reply: Reply, handles: Sequence[str] = ()) -> TelegramDraft | None:
+        """The reply shown growing while it is written (bot.channel.ShowsDrafts); None when replies
+        are sent whole (`stream_seconds` 0) or the channel is not started."""
+        return self._drafts.open(self._app, reply, handles) if self._app is not None else None
 
     async def fetch_media(self, media: Media, *, max_bytes: int, timeout: float) -> bytes:
         """A photo, voice note or file of an inbound message (bot.channel.FetchesMedia)."""

@@ -70,7 +70,7 @@ class Sender:
         it), then the document if any. Raises ChannelError on a final failure."""
         chat_id = api_chat_id(reply.chat_id)
         thread_id = int(reply.thread_id) if reply.thread_id else None
-        reply_to = _reply_parameters(reply.reply_to)
+        reply_to = reply_parameters(reply.reply_to)
         if reply.image is not None:
             # Telegram shows pictures: the image and its caption stand in for the text.
             await self._send_image(app, reply, chat_id, thread_id, reply_to)
@@ -97,17 +97,17 @@ class Sender:
             return False  # markup only (e.g. an empty code block): Telegram refuses empty text
         common = {"chat_id": chat_id, "message_thread_id": thread_id, "reply_parameters": reply_to}
         try:
-            await self._call(app.bot.send_message, text=markdown_to_telegram_html(part), parse_mode=ParseMode.HTML, **common)
+            await self.call(app.bot.send_message, text=markdown_to_telegram_html(part), parse_mode=ParseMode.HTML, **common)
             return True
         except BadRequest as exc:
-            if not _is_parse_error(exc):
+            if not is_parse_error(exc):
                 # "chat not found", "message is too long"...: the same request fails the same way.
                 raise ChannelError(f"{self.name}: sendMessage refused: {self.safe(exc)}", permanent=True) from exc
             log.warning("%s: HTML refused (%s); resending as plain text", self.name, self.safe(exc))
         # Plain text can outgrow its markdown by a little (">x" becomes "> x"): split again.
         for chunk in split_message(plain, TELEGRAM_TEXT_LIMIT, measure=utf16_len):
             try:
-                await self._call(app.bot.send_message, text=chunk, **common)
+                await self.call(app.bot.send_message, text=chunk, **common)
             except BadRequest as exc:
                 raise ChannelError(f"{self.name}: sendMessage refused: {self.safe(exc)}", permanent=True) from exc
             common["reply_parameters"] = None
@@ -135,15 +135,15 @@ class Sender:
         try:
             if caption.strip():
                 try:
-                    await self._call(app.bot.send_photo, fresh={"photo": upload},
+                    await self.call(app.bot.send_photo, fresh={"photo": upload},
                                      caption=markdown_to_telegram_html(caption), parse_mode=ParseMode.HTML, **common)
                     return
                 except BadRequest as exc:
-                    if not _is_parse_error(exc):
+                    if not is_parse_error(exc):
                         raise
-                await self._call(app.bot.send_photo, fresh={"photo": upload}, caption=markdown_to_plain(caption), **common)
+                await self.call(app.bot.send_photo, fresh={"photo": upload}, caption=markdown_to_plain(caption), **common)
             else:
-                await self._call(app.bot.send_photo, fresh={"photo": upload}, **common)
+                await self.call(app.bot.send_photo, fresh={"photo": upload}, **common)
         except BadRequest as exc:
             raise ChannelError(f"{self.name}: sendPhoto refused: {self.safe(exc)}") from exc
 
@@ -170,7 +170,7 @@ class Sender:
         try:
             if caption:
                 try:
-                    await self._call(
+                    await self.call(
                         app.bot.send_document,
                         fresh={"document": upload},
                         caption=markdown_to_telegram_html(caption),
@@ -179,15 +179,15 @@ class Sender:
                     )
                     return
                 except BadRequest as exc:
-                    if not _is_parse_error(exc):
+                    if not is_parse_error(exc):
                         raise
-                await self._call(app.bot.send_document, fresh={"document": upload}, caption=markdown_to_plain(caption), **common)
+                await self.call(app.bot.send_document, fresh={"document": upload}, caption=markdown_to_plain(caption), **common)
             else:
-                await self._call(app.bot.send_document, fresh={"document": upload}, **common)
+                await self.call(app.bot.send_document, fresh={"document": upload}, **common)
         except BadRequest as exc:
             raise ChannelError(f"{self.name}: sendDocument refused: {self.safe(exc)}", permanent=True) from exc
 
-    async def _call(
+    async def call(
         self,
         fn: Callable[..., Awaitable[_T]],
         *,
@@ -236,7 +236,7 @@ def _seconds(value: object) -> float | None:
         return None
 
 
-def _is_parse_error(exc: BadRequest) -> bool:
+def is_parse_error(exc: BadRequest) -> bool:
     return "can't parse entities" in str(exc).lower() or "can't find end tag" in str(exc).lower()
 
 
@@ -248,7 +248,7 @@ def api_chat_id(chat_id: str) -> int | str:
         return chat_id
 
 
-def _reply_parameters(message_id: str | None) -> ReplyParameters | None:
+def reply_parameters(message_id: str | None) -> ReplyParameters | None:
     if not message_id:
         return None
     try:

@@ -93,7 +93,7 @@ class AttachedDraft:
         self._chats, self._chat_id, self._reply_to = chats, chat_id, reply_to
         self._sent = ""
 
-    async def show(self, text: str) -> None:
+    async def show(self, text: str) -> bool:
         same = 0
         for a, b in zip(self._sent, text):
             if a != b:
@@ -101,6 +101,7 @@ class AttachedDraft:
             same += 1
         self._chats.tell(self._chat_id, {"type": "draft", "reply_to": self._reply_to, "from": same, "text": text[same:]})
         self._sent = text
+        return True
 
     async def drop(self) -> None:
         self._chats.tell(self._chat_id, {"type": "draft", "reply_to": self._reply_to, "from": 0, "text": "",

@@ -182,7 +182,8 @@ def build_channels(settings: Settings) -> list:
         tg = c.telegram
         chans.append(TelegramAdapter(token, base_url=tg.base_url or None, base_file_url=tg.base_file_url or None,
                                      local_dir=Path(tg.local_dir).expanduser() if tg.local_mode else None,
-                                     poll_timeout=tg.poll_timeout, proxy=tg.proxy or None))
+                                     poll_timeout=tg.poll_timeout, proxy=tg.proxy or None,
+                                     stream_seconds=tg.stream_seconds))
     if c.wechat.enabled:
         from adapters.wechat.ilink.adapter import WechatIlinkAdapter
 

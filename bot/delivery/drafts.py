@@ -145,6 +145,12 @@ class DraftPump:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="reply-draft")
 
+    def written(self) -> None:
+        """The model is done: its reply comes next, so nothing more is shown (a reply written
+        faster than its first show goes whole)."""
+        self._closed.set()
+        self._wake.set()
+
     async def finish(self) -> None:
         """The turn is over: stop showing (the last show in flight completes and is recorded). The
         draft stays for the reply to replace."""
@@ -196,12 +202,16 @@ class DraftPump:
                 handles, clear = await asyncio.to_thread(self._drafts.ready, self._seq, self._key)
                 if not clear:
                     return  # an earlier reply still waits to go out: this one must not show first
+                if self._closed.is_set():
+                    return  # written meanwhile: it comes whole
                 self.draft = self._channel.open_draft(self._reply, handles)
                 if self.draft is None:
                     return
                 recorded = list(handles)
-            await self.draft.show(text)
-            self.shown = text
+            if await self.draft.show(text):
+                self.shown = text
+            else:
+                self._wake.set()   # held back for now: offered again after the interval
             if list(self.draft.handles) != recorded:
                 recorded = list(self.draft.handles)
                 await asyncio.to_thread(self._drafts.record, self._seq, self._reply.channel, recorded)

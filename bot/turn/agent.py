@@ -54,6 +54,9 @@ class TurnRequest:
     # Given the reply so far while the model writes it (the gateway shows it: bot.delivery.drafts).
     # What is finally sent is `TurnResult.reply`, which replaces whatever was shown.
     on_text: Callable[[str], None] | None = None
+    # Called once the model has finished (or failed): what it wrote comes next as the reply, so
+    # nothing more is shown of it meanwhile.
+    on_written: Callable[[], None] | None = None
 
 
 @dataclass(slots=True)
@@ -187,6 +190,8 @@ class Agent:
                          else self.settings.down_hint) or "`memgate doctor` checks the model")
             reply, failed = self._model_trouble(exc, req), True
         t_llm = time.perf_counter()
+        if req.on_written is not None:
+            req.on_written()
         said_text = req.text
         if req.images and not failed:
             # The model described the pictures in its first lines: memory keeps what they showed.

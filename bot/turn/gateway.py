@@ -394,7 +394,8 @@ class Gateway:
                 req = TurnRequest(text=attached.text, turn_id=f"{msg.conversation_key}:{msg.message_id or id(msg)}:{msg.timestamp.timestamp()}",
                                   session_id=session.session_id, history=tuple(history), ctx=ctx, channel=msg.channel,
                                   speaker=msg.sender_name or None, images=attached.images, documents=attached.documents,
-                                  cancel=cancel, on_text=draft.update if draft is not None else None)
+                                  cancel=cancel, on_text=draft.update if draft is not None else None,
+                                  on_written=draft.written if draft is not None else None)
                 result = await self.agent.run(req)
         finally:
             if self._cancels.get(msg.conversation_key) is cancel:

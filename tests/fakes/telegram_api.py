@@ -158,6 +158,13 @@ class FakeTelegram:
         self.conflicts = 0
         self.actions: list[dict[str, Any]] = []
         self.edits: list[dict[str, Any]] = []
+        self.deleted: list[tuple[int, int]] = []
+        # Flood control for editMessageText, as Telegram applies it to bots: a chat's messages edited
+        # more often than once per `edit_interval` seconds (the fake's clock) answer 429 retry_after.
+        self.edit_interval: float | None = None
+        self.refuse_edits = False   # every edit answers 429 (a flood that outlasts the client's retries)
+        self._last_edit: dict[int, float] = {}
+        self.floods = 0
         self.commands: list[dict[str, Any]] = []
         self.calls: list[str] = []
         self.rejected: list[dict[str, Any]] = []
@@ -465,6 +472,7 @@ class FakeTelegram:
             "sendmessage": self._send_message,
             "sendchataction": self._send_chat_action,
             "editmessagetext": self._edit_message_text,
+            "deletemessage": self._delete_message,
             "senddocument": self._send_document,
             "sendphoto": self._send_photo,
             "getfile": self._get_file,
@@ -589,7 +597,8 @@ class FakeTelegram:
         if not checked.strip():
             return _error(400, "Bad Request: message text is empty")
         message = self._store_bot_message(params, {"text": checked})
-        self.sent.append({"method": "sendMessage", **params, "visible_text": checked, "message_id": message["message_id"]})
+        self.sent.append({"method": "sendMessage", **params, "visible_text": checked, "message_id": message["message_id"],
+                          "at": self._clock()})
         return _ok(message)
 
     def _check_text(self, text: str, parse_mode: str | None, limit: int, too_long: str) -> str | web.Response:
@@ -615,19 +624,47 @@ class FakeTelegram:
         return _ok(True)
 
     async def _edit_message_text(self, params: dict[str, Any]) -> web.Response:
-        chat_id, message_id = params.get("chat_id"), params.get("message_id")
-        stored = self._messages.get((_as_int(chat_id), _as_int(message_id)))
+        if _as_int(params.get("chat_id")) in self._blocked:
+            return _error(403, "Forbidden: bot was blocked by the user")
+        chat_id, message_id = _as_int(params.get("chat_id")), _as_int(params.get("message_id"))
+        stored = self._messages.get((chat_id, message_id))
         if stored is None:
             return _error(400, "Bad Request: message to edit not found")
+        if "text" not in stored:
+            return _error(400, "Bad Request: there is no text in the message to edit")
         checked = self._check_text(params.get("text") or "", params.get("parse_mode"), TEXT_LIMIT, "message is too long")
         if isinstance(checked, web.Response):
             return checked
+        if not checked.strip():
+            return _error(400, "Bad Request: text must be non-empty")
         if checked == stored.get("text"):
-            return _error(400, "Bad Request: message is not modified")
+            return _error(400, "Bad Request: message is not modified: specified new message content and reply markup "
+                               "are exactly the same as a current content and reply markup of the message")
+        now = self._clock()
+        if self.refuse_edits or (self.edit_interval is not None
+                                 and now - self._last_edit.get(chat_id, -1e18) < self.edit_interval):
+            self.floods += 1
+            self.rejected.append({"method": "editMessageText", **params})
+            return _error(429, "Too Many Requests: retry after 1", {"retry_after": 1})
+        self._last_edit[chat_id] = now
         stored["text"] = checked
-        stored["edit_date"] = int(self._clock())
-        self.edits.append(dict(params))
+        stored["edit_date"] = int(now)
+        self.edits.append({**params, "visible_text": checked, "at": now})
         return _ok(stored)
+
+    async def _delete_message(self, params: dict[str, Any]) -> web.Response:
+        key = (_as_int(params.get("chat_id")), _as_int(params.get("message_id")))
+        if key not in self._messages:
+            return _error(400, "Bad Request: message to delete not found")
+        del self._messages[key]
+        self.deleted.append(key)
+        return _ok(True)
+
+    def shown(self, chat_id: int) -> list[str]:
+        """What the chat shows now: the text of each message the bot sent there and did not delete,
+        as last edited, in order."""
+        return [m.get("text") or m.get("caption") or "" for (c, _), m in sorted(self._messages.items())
+                if c == chat_id and m.get("from", {}).get("id") == self.bot_id]
 
     async def _send_document(self, params: dict[str, Any]) -> web.Response:
         def media(upload: _Upload, n: int) -> dict[str, Any]:
