@@ -16,7 +16,8 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 from telegram.constants import ParseMode
 from telegram.error import BadRequest
@@ -44,7 +45,7 @@ GROUP_INTERVAL = 3.0
 
 
 class ChatPace:
-    """When each chat may see its next draft call (a clock of its own: time.monotonic)."""
+    """When each chat may see its next draft call (time.monotonic)."""
 
     def __init__(self, interval: float, group_interval: float = GROUP_INTERVAL) -> None:
         self.interval = interval
@@ -55,14 +56,21 @@ class ChatPace:
         """Seconds between two calls in this chat (a group's id is negative, or an @name)."""
         return self.interval if isinstance(chat_id, int) and chat_id > 0 else self.group_interval
 
-    async def wait(self, chat_id: int | str) -> None:
+    @asynccontextmanager
+    async def turn(self, chat_id: int | str) -> AsyncIterator[None]:
+        """One call in this chat: after the last one's interval, counted from when it was answered
+        (answered means Telegram had it: two calls are then apart by the interval where Telegram
+        counts, whatever the network did to the first)."""
         delay = self._next.get(chat_id, 0.0) - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        self._next[chat_id] = time.monotonic() + self.of(chat_id)
-        if len(self._next) > 10_000:  # old chats' times mean nothing any more
-            now = time.monotonic()
-            self._next = {c: t for c, t in self._next.items() if t > now}
+        try:
+            yield
+        finally:
+            self._next[chat_id] = time.monotonic() + self.of(chat_id)
+            if len(self._next) > 10_000:  # old chats' times mean nothing any more
+                now = time.monotonic()
+                self._next = {c: t for c, t in self._next.items() if t > now}
 
 
 class TelegramDrafts:
@@ -81,8 +89,8 @@ class TelegramDrafts:
 
     async def call(self, app: Application, chat_id: int | str, fn, **kwargs) -> object:
         """One paced Bot API call for a draft (errors as Sender.call gives them)."""
-        await self.pace.wait(chat_id)
-        return await self.sender.call(fn, chat_id=chat_id, **kwargs)
+        async with self.pace.turn(chat_id):
+            return await self.sender.call(fn, chat_id=chat_id, **kwargs)
 
     async def edit(self, app: Application, chat_id: int | str, handle: str, text: str) -> bool:
         """The message `handle` shows the markdown `text` (HTML, plain if Telegram cannot parse it);
