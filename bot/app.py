@@ -3,7 +3,8 @@
 Everything else receives what it needs. `App` is an async context manager: entering starts
 the ingest worker (which first drains what a previous run left), the scheduler and the
 channels; leaving stops channels first, answers what is queued, drains ingestion, closes the
-database.
+database. After a signal (`stopping`) no memory call starts: what is left to ingest waits in
+the durable queue for the next start.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from bot.channel import CancelsReplies, Channel, HasLocalCommands, ReportsTroubl
 from bot.delivery.inbox import INBOX_ERASE, INBOX_MIGRATIONS
 from bot.delivery.outbox import OUTBOX_ERASE, OUTBOX_MIGRATIONS, Outbox, OutboxSettings
 from bot.media.setup import media_reader
+from bot.model_clients import make_embedder, make_llm
 from bot.model_servers import down_hint, route_fix, shown_address
 from bot.observe import Observers
 from bot.settings import Settings
@@ -37,12 +39,13 @@ from bot.turn.reminder_wiring import wire_reminders
 from bot.turn.task_wiring import TaskHost, wire_tasks
 from bot.turn.tools import ToolBox
 from bot.usage import USAGE_ERASE, USAGE_MIGRATIONS, UsageRecorder
-from memory.embed import Embedder, LiteLLMEmbedder, LocalE5Embedder
+from memory.embed import Embedder
 from memory.engine import MemoryEngine
 from memory.erase import EraseRules
 from memory.ingest.capture import pending_count
 from memory.ingest.settings import IngestSettings
-from memory.llm import LiteLLM, LLMSettings, set_offline_env
+from memory.llm import LiteLLM, set_offline_env
+from memory.llm_gate import MEMORY, ModelGates
 from memory.recall.search import RecallSettings
 from memory.store.backend import open_store as open_backend
 from memory.private_files import loose_paths, private_dir, restrict_umask
@@ -52,32 +55,6 @@ log = logging.getLogger(__name__)
 
 # How long a person leaving the terminal waits for the ingestion in progress before it stops.
 QUICK_EXIT_SECONDS = 0.5
-
-
-def make_embedder(settings: Settings) -> Embedder:
-    e, m = settings.embedding, settings.memory
-    bounds = {"piece_chars": m.embed_piece_chars, "max_pieces": m.embed_max_pieces}
-    if e.provider == "litellm":
-        return LiteLLMEmbedder(e.model, e.dim, api_base=e.api_base or None, api_key=settings.secret("embedding_api_key"),
-                               **bounds)
-    return LocalE5Embedder(**bounds)
-
-
-def make_llm(settings: Settings, recorder: UsageRecorder | None, *, memory: bool = False) -> LiteLLM | None:
-    """The reply LLM (or the memory LLM); None when no model is configured."""
-    c = settings.llm
-    if not settings.llm_configured or (memory and not c.memory_llm):
-        return None
-    # The configured name as it is: memory/llm.py routes it (memory/model_route.py). A server at an
-    # address with no model named answers with its own (llama.cpp has one).
-    model = (c.memory_model if memory and c.memory_model else c.model) or "local"
-
-    # A reply has a person waiting: streamed, so a silent server is told after first_token_timeout,
-    # and an outage is not retried. Memory work runs in the background with its retries.
-    return LiteLLM(LLMSettings(model=model, api_base=c.api_base or None, api_key=settings.secret("llm_api_key"),
-                               timeout=c.timeout, retries=c.retries, temperature=c.temperature,
-                               max_tokens=c.max_tokens, first_token_timeout=None if memory else c.first_token_timeout,
-                               retry_outages=memory), sink=recorder.add if recorder else None)
 
 
 def erase_rules() -> EraseRules:
@@ -142,6 +119,7 @@ class App:
     memory_llm: LiteLLM | None
     clock: Callable[[], datetime]
     extras: dict[str, Any] = field(default_factory=dict)
+    gates: ModelGates = field(default_factory=ModelGates)
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _warming: Any = None
     # Set before leaving when the person at the terminal left: leaving then takes about a second
@@ -192,6 +170,12 @@ class App:
             await self._stack.enter_async_context(api)
         return self
 
+    def stopping(self) -> None:
+        """Stop begins (a signal, the person left): no memory call starts from here on and the
+        ones in flight are cut; their turns stay in the durable queue for the next start. Replies
+        already accepted are still answered (the gateway's stop)."""
+        self.gates.close(MEMORY)
+
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
 
@@ -239,8 +223,9 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
     recorder = UsageRecorder(store)
     # Turns, sends and recalls are reported here; the API's metrics join when it is served.
     observers = Observers(recorder)
-    llm = make_llm(settings, recorder)
-    memory_llm = make_llm(settings, recorder, memory=True)
+    gates = ModelGates()   # one per model server, shared by the reply and the memory LLM
+    llm = make_llm(settings, recorder, gates=gates)
+    memory_llm = make_llm(settings, recorder, memory=True, gates=gates)
     m = settings.memory
     recall = RecallSettings(inject_items=m.inject_items, inject_tokens=m.inject_tokens, search_default=m.search_default,
                             search_max=m.search_max, half_life_days=m.half_life_days, decay_floor=m.decay_floor,
@@ -310,7 +295,7 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                 commands.register(name, _answered_by(ch.name), help_text)
     app = App(settings=settings, store=store, engine=engine, access=access, pairing=pairing, linking=linking,
               sessions=sessions, gateway=gateway,
-              commands=commands, llm=llm, memory_llm=memory_llm, clock=clock, extras=extras)
+              commands=commands, llm=llm, memory_llm=memory_llm, clock=clock, extras=extras, gates=gates)
     extras["usage"] = recorder
     extras["observers"] = observers
     _wire_tasks_and_jobs(app, tools, embedder)

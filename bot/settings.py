@@ -30,6 +30,8 @@ class LLMConfig(_Section):
     temperature: float = Field(0.3, ge=0, le=2)
     max_tokens: int = Field(1024, ge=1, le=1_000_000)
     memory_model: str = ""              # model for ingest/tasks; empty = same as `model`
+    concurrency: int = Field(0, ge=0, le=256)  # calls one model server gets at once; 0 = 1 on this machine, 8 hosted
+    memory_share: float = Field(0.25, ge=0.05, le=0.9)  # the server's time memory keeps while replies queue
     memory_llm: bool = True             # false = raw memory (no titles, facts, summaries)
 
 

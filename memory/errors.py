@@ -55,5 +55,10 @@ class ModelSilent(LLMError):
         self.seconds = seconds
 
 
+class ModelStopped(LLMError):
+    """The model call was not made, or was cut, because memgate is stopping (or the gate in front
+    of the model was closed): the work it was for stays queued for the next start."""
+
+
 class EmbeddingError(MemgateError):
     """The embedding provider failed or returned vectors of the wrong shape."""

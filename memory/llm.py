@@ -12,13 +12,16 @@ import logging
 import os
 import random
 import socket
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from memory.errors import LLMError, ModelNotRouted, ModelSilent, ModelTurnedDown, ModelUnreachable
+from memory.errors import LLMError, ModelNotRouted, ModelSilent, ModelStopped, ModelTurnedDown, ModelUnreachable
+from memory.llm_gate import Lease, ModelGate
+from memory.llm_pace import Pace, prompt_tokens_of
 from memory.llm_stream import TextSink, streamed
 from memory.model_route import litellm_model, litellm_providers, route_problem
 
@@ -140,13 +143,14 @@ class LLMSettings:
 class LiteLLM:
     """The production LLM: litellm.acompletion with timeouts, retries and accounting."""
 
-    def __init__(self, settings: LLMSettings, *, sink: UsageSink | None = None) -> None:
+    def __init__(self, settings: LLMSettings, *, sink: UsageSink | None = None, gate: ModelGate | None = None) -> None:
         self.settings = settings
         self.usage = Usage()
         self._sink = sink
         self._litellm = None
         self._route: str | None = None        # the name litellm is called with (memory/model_route.py)
         self._route_problem: str | None = None
+        self.gate = gate  # the endpoint's priority gate (llm_gate.py); None: calls go straight out
 
     def _lib(self):
         if self._litellm is None:
@@ -207,11 +211,12 @@ class LiteLLM:
         last: Exception | None = None
         for attempt in range(s.retries + 1):
             try:
-                if s.first_token_timeout is not None:
-                    resp = await streamed(lib, kwargs, first_wait=min(float(s.first_token_timeout), s.timeout),
-                                          piece_wait=s.timeout, max_tokens=int(kwargs["max_tokens"]), on_text=on_text)
-                else:
-                    resp = await asyncio.wait_for(lib.acompletion(**kwargs), timeout=s.timeout + 5)
+                if self.gate is None:
+                    resp = await self._attempt(lib, kwargs, None, on_text)
+                else:  # the wait for a slot is not the call's: its timeouts start in the slot
+                    resp = await self.gate.run(purpose, lambda lease: self._attempt(lib, kwargs, lease, on_text))
+            except ModelStopped:
+                raise  # not a failure of the model: the call was not made, or cut for the stop
             except Exception as exc:  # litellm's exception types vary by provider
                 last = exc
                 self._account(purpose, False, 0, 0)
@@ -250,6 +255,37 @@ class LiteLLM:
             raise ModelUnreachable(f"LLM call ({purpose}) failed: nothing answers at the model's address "
                                    f"({type(last).__name__}: {short_error(last)})") from last
         raise LLMError(f"LLM call ({purpose}) failed: {type(last).__name__}: {short_error(last)}")
+
+    async def _attempt(self, lib, kwargs: dict[str, Any], lease: Lease | None, on_text: TextSink | None):
+        """One call, with timeouts from what the endpoint was measured to do (llm_pace.py): never
+        below the configured ones. A success is measured in turn."""
+        s, pace = self.settings, self.gate.pace if self.gate is not None else Pace()
+        prompt = prompt_tokens_of(kwargs["messages"])
+        timeout = pace.call_timeout(s.timeout, prompt, kwargs["max_tokens"])
+        kwargs = {**kwargs, "timeout": timeout}
+        t0 = time.monotonic()
+        if s.first_token_timeout is None:
+            resp = await asyncio.wait_for(lib.acompletion(**kwargs), timeout=timeout + 5)
+        else:  # the first token: never past the call's own timeout
+            first_wait = min(pace.first_token_timeout(s.first_token_timeout, prompt), timeout)
+            resp = await streamed(lib, kwargs, first_wait=first_wait, piece_wait=s.timeout,
+                                  max_tokens=int(kwargs["max_tokens"]), on_text=_timed(lease, on_text))
+        usage = getattr(resp, "usage", None)
+        pace.observe(int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0),
+                     time.monotonic() - t0, lease.first_token_s if lease else None)
+        return resp
+
+
+def _timed(lease: Lease | None, on_text: TextSink | None) -> TextSink | None:
+    """The text sink that also marks the lease's first token (its time is the endpoint's measure)."""
+    if lease is None:
+        return on_text
+
+    def sink(text: str) -> None:
+        lease.first_token()
+        if on_text is not None:
+            on_text(text)
+    return sink
 
 
 def retry_after_seconds(exc: BaseException) -> float | None:

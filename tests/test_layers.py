@@ -22,7 +22,8 @@ COMPOSITION = {"bot.app", "bot.cli.run"}
 # A part is a package (every module under it) or a module at the top of bot/.
 BOT_ORDER: tuple[tuple[str, ...], ...] = (
     ("bot", "bot.message", "bot.channel", "bot.errors", "bot.observe"),   # the port adapters implement, the observer seam
-    ("bot.settings", "bot.config", "bot.environment", "bot.logs", "bot.usage", "bot.job_views", "bot.scheduler", "bot.model_servers"),  # shared by all
+    ("bot.settings", "bot.config", "bot.environment", "bot.logs", "bot.usage", "bot.job_views", "bot.scheduler", "bot.model_servers",
+     "bot.model_clients"),  # shared by all
     ("bot.access",),      # who may talk, and which spaces they reach
     ("bot.delivery",),    # inbox, outbox, cluster ownership
     ("bot.reminders",),   # reminders: the WHEN parser, their store, their delivery through the outbox

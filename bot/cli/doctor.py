@@ -48,7 +48,7 @@ def cmd_doctor(settings: Settings, args) -> int:
     except Exception as exc:
         report(False, f"DuckDB extensions: {exc}", "pip install duckdb==1.5.5 duckdb-extension-vss==1.5.5 duckdb-extension-fts==1.5.5")
     try:
-        from bot.app import make_embedder
+        from bot.model_clients import make_embedder
 
         emb = make_embedder(settings)
         vec = emb.embed_query("hello")

@@ -57,7 +57,7 @@ class ModelCheck(threading.Thread):
         return self.reply.failure
 
     def run(self) -> None:
-        from bot.app import make_llm
+        from bot.model_clients import make_llm
 
         try:
             llm = make_llm(self.settings, None)

@@ -42,7 +42,7 @@ class LocalDoor:
     async def call(self, tool: str, args: dict[str, Any]):
         from mcp.server.mcpserver.exceptions import ToolError
 
-        from bot.app import make_embedder
+        from bot.model_clients import make_embedder
         from bot.cli.reach import open_app
         from bot.errors import StoreLockedError
 

@@ -15,7 +15,7 @@ from bot.model_servers import down_hint, shown_address
 
 async def test_model(api_base: str, model: str, key: str | None) -> str:
     """One short call to the model; returns its answer or raises MemgateError saying what to run."""
-    from bot.app import make_llm
+    from bot.model_clients import make_llm
     from bot.cli.doctor_llm import refusal
     from bot.model_servers import probe, route_fix, route_problem
     from memory.errors import ModelSilent, ModelUnreachable

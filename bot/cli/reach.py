@@ -35,7 +35,7 @@ def open_operator(settings: Settings) -> Iterator:
         yield RemoteOperator(client)
         return
     from bot.access.api_keys import Keys
-    from bot.app import make_embedder
+    from bot.model_clients import make_embedder
     from bot.operator.local import LocalOperator
 
     app = open_app(settings)

@@ -64,6 +64,9 @@ async def _serve(settings: Settings, channels, *, until_console_closes: bool, se
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         for w in waiters:
             w.cancel()
+        # Stop begins: memory's model calls stop now (their turns wait in the queue), not after
+        # the replies below and a drain of the ingest queue (issue 30: a new call 34 s after SIGTERM).
+        app.stopping()
         # The person at the terminal left: they are not kept waiting for memory (issue 27).
         app.quick_exit = (console is not None and console.interactive and console.closed.is_set()
                           and not stop.is_set())

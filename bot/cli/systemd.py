@@ -4,7 +4,8 @@ The unit is rendered from a template (pure), written to the user's (~/.config/sy
 the system's (/etc/systemd/system) unit folder, or to `--unit-dir` / $MEMGATE_SYSTEMD_DIR (tests,
 packagers: then systemctl is not called, only named). The service runs `memgate --config FILE
 run` with stdin on /dev/null (so the terminal channel stays out), restarts on failure, and is
-stopped with SIGTERM, on which memgate answers what is queued and drains its memory queue. It
+stopped with SIGTERM, on which memgate answers what is queued; memory work not done yet waits in its
+durable queue for the next start (no memory call starts after the signal). It
 runs sandboxed (HARDENING): the data folder is the only path it may write. A systemctl step
 that fails is an error with systemctl's own words (the unit stays written).
 """
@@ -40,7 +41,7 @@ StandardInput=null
 Environment=PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True
 Restart=on-failure
 RestartSec=5
-# On SIGTERM memgate answers what is queued and finishes capturing the last turns.
+# On SIGTERM memgate answers what is queued; memory work left waits in its queue for the next start.
 KillSignal=SIGTERM
 TimeoutStopSec=90
 {hardening}

@@ -183,6 +183,11 @@ class Agent:
             reply, failed, cancelled = "", True, True
             proposals.clear()
         except TimeoutError:
+            # The whole turn, the wait for the model's slot included (memory/llm_gate.py logs a
+            # reply's long wait there): the one limit a person can hit that is not the model's own.
+            log.warning("turn %s: no reply within [agent] turn_timeout (%g s) from %s; a slow model needs it raised "
+                        "with [llm] first_token_timeout", req.turn_id, self.settings.turn_timeout,
+                        self.settings.model_address)
             reply, failed = prompts.TIMEOUT_APOLOGY.format(address=self.settings.model_address), True
         except LLMError as exc:
             log.warning("turn %s: LLM failed (%s): %s; %s", req.turn_id, self.settings.model_address, exc,

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 
 from memory import prompts
 from memory.embed import Embedder
-from memory.errors import LLMError
+from memory.errors import LLMError, ModelStopped
 from memory.ingest.capture import decode_payload
 from memory.ingest.queue import AlreadyIngested, QueuedTurn, batches, next_space_turns
 from memory.ingest.settings import IngestSettings, IngestStats
@@ -57,6 +57,9 @@ class IngestWorker:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._stopping = False
+        # The model refused a call because memgate is stopping (ModelStopped): no turn is tried
+        # again in this run; the queue keeps them for the next start.
+        self._halted = False
         self._lock = asyncio.Lock()
         self._changed = asyncio.Event()   # replaced at each change: a waiter keeps the one it saw
         self.stats = IngestStats()
@@ -65,7 +68,7 @@ class IngestWorker:
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         """Drain leftovers from a previous run, then keep draining in the background."""
-        self._stopping = False
+        self._stopping = self._halted = False
         self._task = asyncio.create_task(self._run(), name="ingest-worker")
 
     async def stop(self, *, drain: bool = True, timeout: float = 30.0) -> None:
@@ -116,6 +119,8 @@ class IngestWorker:
         call. A slot with nothing to claim waits while others work (what they release, and
         turns queued meanwhile, may be its next claim); the drain ends when no slot works.
         """
+        if self._halted:
+            return 0
         async with self._lock:
             held: set[str] = set()
             claiming = asyncio.Lock()
@@ -155,7 +160,7 @@ class IngestWorker:
 
             async def slot() -> None:
                 nonlocal done
-                while True:
+                while not self._halted:
                     rows = await claim()
                     if not rows:
                         changed = self._changed
@@ -168,6 +173,8 @@ class IngestWorker:
                             await self._process_raw(rows)
                         else:
                             for batch in batches(rows, self.settings.batch_tokens):
+                                if self._halted:
+                                    break
                                 if len(batch) == 1:
                                     await self._process(*batch[0])
                                 else:
@@ -212,6 +219,9 @@ class IngestWorker:
                 await work()
         except AlreadyIngested:
             log.info("turn %s was ingested by another process meanwhile; not written twice", turn.turn_id)
+            return
+        except ModelStopped:
+            self._halt(turn)
             return
         except LLMError as exc:
             await self._failed(turn, str(exc))
@@ -272,6 +282,9 @@ class IngestWorker:
                     system, user = render_batch([j.view for j in asked], self._clock())
                     parts = split_batch(await complete_json(self.llm, system, user, BatchAnswer, purpose="ingest"),
                                         len(asked))
+        except ModelStopped:
+            self._halt(turns[0])
+            return
         except Exception as exc:  # the batch call failed as a whole: every turn on its own
             log.warning("batched ingest of %d turns failed (%s); ingesting them one by one", len(turns),
                         type(exc).__name__)
@@ -292,6 +305,12 @@ class IngestWorker:
             else:
                 await self._settle(job.turn, lambda job=job, answer=answer: self.turns.finish(
                     job, answer, mates, number.get(id(job), 0), embed))
+
+    def _halt(self, turn: QueuedTurn) -> None:
+        """Stopping: the turn (and the rest of its claim) stays queued as it is, no attempt counted."""
+        if not self._halted:
+            log.info("memgate is stopping: turn %s and the rest of the queue wait for the next start", turn.turn_id)
+        self._halted = True
 
     async def _failed(self, turn: QueuedTurn, error: str) -> None:
         attempts = turn.attempts + 1

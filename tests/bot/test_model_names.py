@@ -15,7 +15,8 @@ import pytest
 from hypothesis import example, given, settings as hsettings
 from hypothesis import strategies as st
 
-from bot.app import build_app, make_llm
+from bot.app import build_app
+from bot.model_clients import make_llm
 from bot.config import load_settings
 from tests.fakes import brain
 from tests.fakes.channel import RecordingChannel

@@ -263,12 +263,16 @@ class FakeLLM:
             await resp.write(_sse(_chunk(head, {}, "stop")))
         else:
             for chunk in _stream_chunks(model, answer):
+                await self._pace(chunk)
                 await resp.write(_sse(chunk))
         if (body.get("stream_options") or {}).get("include_usage"):
             await resp.write(_sse({**_envelope(model, "chat.completion.chunk"), "choices": [], "usage": usage}))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+    async def _pace(self, chunk: dict) -> None:
+        """Before each streamed chunk: nothing here; a paced server (paced_llm.py) waits its speed."""
 
     async def _embeddings(self, request: web.Request) -> web.Response:
         body = await _json_body(request)

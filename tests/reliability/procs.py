@@ -47,7 +47,10 @@ def memgate_env(tmp: Path, llm_base_url: str, config_toml: str = "", **extra: st
     env.update({"MEMGATE_CONFIG": str(config), "MEMGATE_DATA_DIR": str(tmp / "data"), "PYTHONPATH": ROOT,
                 "MEMGATE_LLM_API_BASE": llm_base_url, "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0",
                 "MEMGATE_LLM_API_KEY": "sk-test", "MEMGATE_ACCESS_DM_POLICY": "open",
-"MEMGATE_DELIVERY_RETRY_BASE_SECONDS": "0.2",
+                # The fake model serves any number of calls at once (not one, as a server on this
+                # machine is assumed to): crash scenarios hold several replies in flight together.
+                "MEMGATE_LLM_CONCURRENCY": "64",
+                "MEMGATE_DELIVERY_RETRY_BASE_SECONDS": "0.2",
                 "MEMGATE_DELIVERY_STORAGE_RETRY_SECONDS": "0.5"})
     env.update(extra)
     return env

@@ -79,7 +79,7 @@ async def _bot(tmp: Path, llm: FakeLLM, channels: Sequence[Any], **env: str) -> 
     """The whole memgate on these channels, data in `tmp`, no config file of the developer's."""
     config = tmp / "memgate.toml"
     config.write_text("")
-    base = {"MEMGATE_CONFIG": str(config), "MEMGATE_DATA_DIR": str(tmp / "data"), "MEMGATE_LLM_API_BASE": llm.base_url,
+    base = {"MEMGATE_CONFIG": str(config), "MEMGATE_DATA_DIR": str(tmp / "data"), "MEMGATE_LLM_API_BASE": llm.base_url, "MEMGATE_LLM_CONCURRENCY": "64",
             "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0", "MEMGATE_LLM_API_KEY": "sk-test",
             "MEMGATE_ACCESS_OWNERS": f"console:{ROOT}", "MEMGATE_ACCESS_DM_POLICY": "open"}
     app = build_app(load_settings(None, env=base | env), channels=channels, embedder=LocalE5Embedder())

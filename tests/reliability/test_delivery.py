@@ -40,7 +40,7 @@ async def telegram_429s_and_a_blocked_chat(tmp: Path) -> Counts:
     (tmp / "none.toml").write_text("")
     async with FakeLLM(responder=respond) as llm, FakeTelegram() as tg:
         env = {"MEMGATE_CONFIG": str(tmp / "none.toml"), "MEMGATE_DATA_DIR": str(tmp / "data"),
-               "MEMGATE_LLM_API_BASE": llm.base_url, "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0",
+               "MEMGATE_LLM_API_BASE": llm.base_url, "MEMGATE_LLM_CONCURRENCY": "64", "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0",
                "MEMGATE_LLM_API_KEY": "sk-test", "MEMGATE_ACCESS_DM_POLICY": "open",
                "MEMGATE_DELIVERY_RETRY_BASE_SECONDS": "0.2"}
         adapter = TelegramAdapter(tg.token, base_url=tg.base_url, poll_timeout=5, typing_interval=0.5, retry_delay=0.01)

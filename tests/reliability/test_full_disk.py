@@ -82,7 +82,7 @@ async def full_disk(tmp: Path) -> Counts:
         async with FakeLLM(responder=brain.respond) as llm, FakeTelegram() as tg:
             (tmp / "none.toml").write_text("")
             env = {"MEMGATE_CONFIG": str(tmp / "none.toml"), "MEMGATE_DATA_DIR": str(disk / "data"),
-                   "MEMGATE_LLM_API_BASE": llm.base_url, "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0",
+                   "MEMGATE_LLM_API_BASE": llm.base_url, "MEMGATE_LLM_CONCURRENCY": "64", "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0",
                    "MEMGATE_LLM_API_KEY": "sk-test", "MEMGATE_ACCESS_DM_POLICY": "open",
                    "MEMGATE_DELIVERY_STORAGE_RETRY_SECONDS": "0.3", "MEMGATE_DELIVERY_RETRY_BASE_SECONDS": "0.2"}
             adapter = TelegramAdapter(tg.token, base_url=tg.base_url, poll_timeout=1, retry_delay=0.05)

@@ -44,7 +44,7 @@ async def run_turns(tmp: Path, name: str, reply: Callable[[dict, int], Script] |
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "none.toml").write_text("")
     async with FakeLLM(responder=respond) as llm:
-        base = {"MEMGATE_DATA_DIR": str(tmp / "data"), "MEMGATE_LLM_API_BASE": llm.base_url, "MEMGATE_LLM_MODEL": "fake-model",
+        base = {"MEMGATE_DATA_DIR": str(tmp / "data"), "MEMGATE_LLM_API_BASE": llm.base_url, "MEMGATE_LLM_CONCURRENCY": "64", "MEMGATE_LLM_MODEL": "fake-model",
                 "MEMGATE_LLM_RETRIES": "0", "MEMGATE_LLM_API_KEY": "sk-test", "MEMGATE_ACCESS_DM_POLICY": "open",
                 "MEMGATE_CONFIG": str(tmp / "none.toml")}
         base.update(env)

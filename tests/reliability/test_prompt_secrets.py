@@ -69,7 +69,7 @@ class Rig:
 @asynccontextmanager
 async def rig(tmp: Path) -> AsyncIterator[Rig]:
     async with FakeLLM(responder=brain.respond) as llm:
-        env = {"MEMGATE_DATA_DIR": str(tmp / "data"), "MEMGATE_LLM_API_BASE": llm.base_url,
+        env = {"MEMGATE_DATA_DIR": str(tmp / "data"), "MEMGATE_LLM_API_BASE": llm.base_url, "MEMGATE_LLM_CONCURRENCY": "64",
                "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0", "MEMGATE_LLM_API_KEY": "sk-test"}
         clock = FakeClock()
         channel = RecordingChannel("console")

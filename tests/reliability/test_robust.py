@@ -146,7 +146,7 @@ async def huge_inputs(tmp: Path) -> Counts:
 
     async with FakeLLM(responder=respond) as server:
         settings = load_settings(None, env={
-            "MEMGATE_DATA_DIR": str(tmp / "data"), "MEMGATE_LLM_API_BASE": server.base_url,
+            "MEMGATE_DATA_DIR": str(tmp / "data"), "MEMGATE_LLM_API_BASE": server.base_url, "MEMGATE_LLM_CONCURRENCY": "64",
             "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0", "MEMGATE_LLM_API_KEY": "sk-test",
             "MEMGATE_MEMORY_EMBED_PIECE_CHARS": "300", "MEMGATE_MEMORY_EMBED_MAX_PIECES": "2"})
         channel = RecordingChannel("console")

@@ -157,7 +157,7 @@ async def run_world(tmp: Path, plan: Plan, *, embedder: Embedder | None = None, 
     async with FakeLLM(_responder(scripts)) as llm:
         owner_ch, owner_id = plan.people[0]
         env = {"MEMGATE_CONFIG": str(tmp / "memgate.toml"), "MEMGATE_DATA_DIR": str(tmp / "data"),
-               "MEMGATE_LLM_API_BASE": llm.base_url, "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0",
+               "MEMGATE_LLM_API_BASE": llm.base_url, "MEMGATE_LLM_CONCURRENCY": "64", "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0",
                "MEMGATE_LLM_API_KEY": "sk-test", "MEMGATE_LLM_MEMORY_LLM": "false",
                "MEMGATE_ACCESS_OWNERS": f"{CHANNELS[owner_ch]}:{owner_id}", "MEMGATE_ACCESS_DM_POLICY": "open",
                "MEMGATE_ACCESS_GROUP_POLICY": "open", "MEMGATE_ACCESS_PUBLIC_WRITERS": public_writers,

@@ -97,7 +97,7 @@ def env(tmp_path, fake_llm) -> Callable[..., dict[str, str]]:
     empty.write_text("")
 
     def make(**extra: str) -> dict[str, str]:
-        base = {"MEMGATE_CONFIG": str(empty), "MEMGATE_DATA_DIR": str(tmp_path / "data"), "MEMGATE_LLM_API_BASE": fake_llm.base_url,
+        base = {"MEMGATE_CONFIG": str(empty), "MEMGATE_DATA_DIR": str(tmp_path / "data"), "MEMGATE_LLM_API_BASE": fake_llm.base_url, "MEMGATE_LLM_CONCURRENCY": "64",
                 "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0", "MEMGATE_LLM_API_KEY": "sk-test",
                 "MEMGATE_ACCESS_OWNERS": f"telegram:{OWNER}"}
         base.update(extra)

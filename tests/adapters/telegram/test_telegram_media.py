@@ -44,7 +44,7 @@ def running(tmp_path, fake_llm, clock, embedder) -> Callable[..., Any]:
     @asynccontextmanager
     async def run(tg: FakeTelegram, *, adapter: dict | None = None, **extra: str) -> AsyncIterator[App]:
         env = {"MEMGATE_CONFIG": str(config), "MEMGATE_DATA_DIR": str(tmp_path / "data"),
-               "MEMGATE_LLM_API_BASE": fake_llm.base_url, "MEMGATE_LLM_MODEL": "fake-model",
+               "MEMGATE_LLM_API_BASE": fake_llm.base_url, "MEMGATE_LLM_CONCURRENCY": "64", "MEMGATE_LLM_MODEL": "fake-model",
                "MEMGATE_LLM_RETRIES": "0", "MEMGATE_LLM_API_KEY": "sk-test", "MEMGATE_ACCESS_OWNERS": f"telegram:{OWNER}",
                **extra}
         fake_llm.responder = fake_llm.responder or brain.respond

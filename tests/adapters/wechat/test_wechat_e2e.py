@@ -77,7 +77,7 @@ def data_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def settings_for(data_dir: Path, fake_llm) -> Callable[..., Settings]:
     def make(**env: str) -> Settings:
-        base = {"MEMGATE_DATA_DIR": str(data_dir), "MEMGATE_LLM_API_BASE": fake_llm.base_url,
+        base = {"MEMGATE_DATA_DIR": str(data_dir), "MEMGATE_LLM_API_BASE": fake_llm.base_url, "MEMGATE_LLM_CONCURRENCY": "64",
                 "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0", "MEMGATE_LLM_API_KEY": "sk-test"}
         base.update(env)
         return load_settings(None, env=base)

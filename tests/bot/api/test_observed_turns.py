@@ -45,7 +45,7 @@ async def test_turns_sends_and_recall_move_the_metrics_and_usage(tmp_path, fake_
     async with FakeTelegram() as tg:
         (tmp_path / "none.toml").write_text("")
         env = {"MEMGATE_CONFIG": str(tmp_path / "none.toml"), "MEMGATE_DATA_DIR": str(tmp_path / "data"),
-               "MEMGATE_LLM_API_BASE": fake_llm.base_url, "MEMGATE_LLM_MODEL": "fake-model",
+               "MEMGATE_LLM_API_BASE": fake_llm.base_url, "MEMGATE_LLM_CONCURRENCY": "64", "MEMGATE_LLM_MODEL": "fake-model",
                "MEMGATE_LLM_RETRIES": "0", "MEMGATE_LLM_API_KEY": "sk-test", "MEMGATE_ACCESS_DM_POLICY": "open",
                "MEMGATE_DELIVERY_RETRY_BASE_SECONDS": "0.2", "MEMGATE_API_PORT": "0"}
         adapter = TelegramAdapter(tg.token, base_url=tg.base_url, poll_timeout=1, retry_delay=0.01)

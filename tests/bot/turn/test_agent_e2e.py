@@ -18,7 +18,7 @@ from tests.fakes.llm_server import Delay, ToolCall
 @pytest.fixture
 def settings_for(tmp_path, fake_llm):
     def make(**env):
-        base = {"MEMGATE_DATA_DIR": str(tmp_path / "data"), "MEMGATE_LLM_API_BASE": fake_llm.base_url,
+        base = {"MEMGATE_DATA_DIR": str(tmp_path / "data"), "MEMGATE_LLM_API_BASE": fake_llm.base_url, "MEMGATE_LLM_CONCURRENCY": "64",
                 "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0", "MEMGATE_LLM_API_KEY": "sk-test"}
         base.update(env)
         return load_settings(tmp_path / "none.toml" if False else None, env=base)

@@ -59,7 +59,7 @@ async def test_huge_message_and_huge_reply_are_bounded_for_the_model_and_the_cha
 
     fake_llm.responder = respond
     settings = load_settings(None, env={
-        "MEMGATE_DATA_DIR": str(tmp_path / "data"), "MEMGATE_LLM_API_BASE": fake_llm.base_url,
+        "MEMGATE_DATA_DIR": str(tmp_path / "data"), "MEMGATE_LLM_API_BASE": fake_llm.base_url, "MEMGATE_LLM_CONCURRENCY": "64",
         "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0", "MEMGATE_LLM_API_KEY": "sk-test",
         "MEMGATE_AGENT_MAX_MESSAGE_CHARS": "5000", "MEMGATE_AGENT_MAX_REPLY_CHARS": "8000",
         # Small pieces keep the test quick on a busy machine; the bound is what is tested.

@@ -31,7 +31,7 @@ def env(tmp_path, fake_llm):
 
     def make(**extra: str) -> dict[str, str]:
         base = {"MEMGATE_CONFIG": str(empty), "MEMGATE_DATA_DIR": str(tmp_path / "data"),
-                "MEMGATE_LLM_API_BASE": fake_llm.base_url, "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0",
+                "MEMGATE_LLM_API_BASE": fake_llm.base_url, "MEMGATE_LLM_CONCURRENCY": "64", "MEMGATE_LLM_MODEL": "fake-model", "MEMGATE_LLM_RETRIES": "0",
                 "MEMGATE_LLM_API_KEY": "sk-test", "MEMGATE_ACCESS_OWNERS": f"telegram:{OWNER}",
                 "MEMGATE_ACCESS_DM_POLICY": "open", "MEMGATE_LLM_MEMORY_LLM": "false"}
         base.update(extra)

@@ -1,0 +1,46 @@
+"""The model clients the settings name: the reply LLM and the memory LLM, each behind the priority
+gate of its model server (memory/llm_gate.py), and the embedder. Built by the composition root
+(bot/app.py), and alone by `memgate doctor`, `onboard`, `mcp` and `reach` (no gate there: one
+call at a time anyway).
+"""
+
+from __future__ import annotations
+
+from bot.model_servers import is_local
+from bot.settings import Settings
+from bot.usage import UsageRecorder
+from memory.embed import Embedder, LiteLLMEmbedder, LocalE5Embedder
+from memory.llm import LiteLLM, LLMSettings
+from memory.llm_gate import GatePolicy, ModelGates, default_slots, endpoint_of
+
+
+def make_embedder(settings: Settings) -> Embedder:
+    e, m = settings.embedding, settings.memory
+    bounds = {"piece_chars": m.embed_piece_chars, "max_pieces": m.embed_max_pieces}
+    if e.provider == "litellm":
+        return LiteLLMEmbedder(e.model, e.dim, api_base=e.api_base or None, api_key=settings.secret("embedding_api_key"),
+                               **bounds)
+    return LocalE5Embedder(**bounds)
+
+
+def make_llm(settings: Settings, recorder: UsageRecorder | None, *, memory: bool = False,
+             gates: ModelGates | None = None) -> LiteLLM | None:
+    """The reply LLM (or the memory LLM); None when no model is configured. With `gates`, its
+    calls go through the priority gate of its server (memory/llm_gate.py): replies first."""
+    c = settings.llm
+    if not settings.llm_configured or (memory and not c.memory_llm):
+        return None
+    # The configured name as it is: memory/llm.py routes it (memory/model_route.py). A server at an
+    # address with no model named answers with its own (llama.cpp has one).
+    model = (c.memory_model if memory and c.memory_model else c.model) or "local"
+    gate = None
+    if gates is not None:
+        slots = c.concurrency or default_slots(is_local(c.api_base, model))
+        gate = gates.gate(endpoint_of(model, c.api_base), GatePolicy(slots=slots, memory_share=c.memory_share))
+
+    # A reply has a person waiting: streamed, so a silent server is told after first_token_timeout,
+    # and an outage is not retried. Memory work runs in the background with its retries.
+    return LiteLLM(LLMSettings(model=model, api_base=c.api_base or None, api_key=settings.secret("llm_api_key"),
+                               timeout=c.timeout, retries=c.retries, temperature=c.temperature,
+                               max_tokens=c.max_tokens, first_token_timeout=None if memory else c.first_token_timeout,
+                               retry_outages=memory), sink=recorder.add if recorder else None, gate=gate)
