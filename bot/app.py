@@ -23,6 +23,8 @@ from bot.access.policy import Access
 from bot.access.schema import ACCESS_ERASE, ACCESS_MIGRATIONS
 from bot.channel import CancelsReplies, Channel, HasLocalCommands, ReportsTrouble, ShowsCommandMenu
 from bot.delivery.inbox import INBOX_ERASE, INBOX_MIGRATIONS
+from bot.history_file import HISTORY_NAME
+from bot.history_file import scrub as scrub_history
 from bot.delivery.outbox import OUTBOX_ERASE, OUTBOX_MIGRATIONS, Outbox, OutboxSettings
 from bot.media.setup import media_reader
 from bot.model_clients import make_embedder, make_llm
@@ -278,6 +280,10 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
     # An erase reaches every layer's tables, and the people it removed leave the identity cache.
     engine.erase_rules = erase_rules()
     engine.erase_hooks.append(access.drop_cached)
+    # The terminal's input history is a file in the data folder: forgotten and erased words leave it too.
+    history = settings.data_path / HISTORY_NAME
+    engine.add_forget_hook(lambda _con, texts, _spaces: scrub_history(history, texts))
+    engine.erase_hooks.append(lambda _spaces, texts: scrub_history(history, texts))
     for ch in channels:
         gateway.add_channel(ch)
         # A channel in trouble (a lost login, replies refused) tells the owner, on another channel if need be.
@@ -398,11 +404,25 @@ def _wire_tasks_and_jobs(app: App, tools: ToolBox, embedder: Embedder) -> None:
             log.info("emptied the words of %d ingested turns older than %s days (their receipts stay)",
                      pruned, app.settings.memory.keep_turn_text_days)
 
+    async def forget_raw() -> None:
+        # Opt-in retention: raw messages go once learnt from, the way a forget goes (memory.retention).
+        from memory.retention import forget_raw as forget_old
+
+        cutoff = app.clock() - timedelta(days=app.settings.memory.forget_raw_after_days)
+        gone = 0
+        while n := await engine.store.awrite(lambda c: forget_old(c, cutoff, app.clock())):
+            gone += n
+        if gone:
+            engine.rewrites.soon()
+            log.info("retention: forgot %d raw messages older than %s days", gone, app.settings.memory.forget_raw_after_days)
+
     jobs = [JobSpec("rebuild_fts", rebuild_fts, timedelta(minutes=s.fts_rebuild_minutes)),
             JobSpec("flush_usage", flush_usage, timedelta(minutes=1)),
             JobSpec("prune_turn_text", prune_turn_text, timedelta(hours=1)),
             JobSpec("retry_ingest", retry_ingest, timedelta(minutes=s.retry_ingest_minutes)),
             *app.extras.get("reminder_jobs", ())]
+    if app.settings.memory.forget_raw_after_days > 0:
+        jobs.append(JobSpec("forget_raw", forget_raw, timedelta(hours=1)))
     if app.memory_llm is not None:
         wired = wire_tasks(TaskHost(store=app.store, engine=engine, llm=app.memory_llm, embedder=embedder,
                                     tools=tools, commands=app.commands, agent=app.gateway.agent,

@@ -60,6 +60,7 @@ class MemoryConfig(_Section):
     embed_piece_chars: int = Field(2000, ge=200, le=32_000)
     embed_max_pieces: int = Field(4, ge=1, le=64)
     keep_turn_text_days: float = Field(7.0, ge=1, le=3650)  # an ingested turn's words leave the ingest queue after this
+    forget_raw_after_days: float = Field(0.0, ge=0, le=36500)  # 0 = keep; else raw messages go once learnt from (memory.retention)
 
     @model_validator(mode="after")
     def _search_bounds(self) -> MemoryConfig:

@@ -42,10 +42,15 @@ def counts_text(p: ErasePlan) -> str:
 
 def plan_text(p: ErasePlan) -> str:
     """The operator's view (`memgate memory erase`), before or after."""
-    who = ", ".join(p.people) if p.people else "no identity (a space nobody signs in to)"
+    if not p.people:
+        who = "nobody signs in to it"
+    elif len(p.people) == 1:
+        who = f"{p.people[0]} {'is' if p.done else 'becomes'} a stranger"
+    else:
+        who = f"{', '.join(p.people)} {'are' if p.done else 'become'} strangers"
     head = "erased" if p.done else "would erase"
     return (f"{head}: space {', '.join(p.spaces)}: {counts_text(p)}; every conversation, session, API key and "
-            f"file of it; the identities {who} become strangers.\n{GROUPS_STAY}")
+            f"file of it; {who}.\n{GROUPS_STAY}")
 
 
 def plan_json(p: ErasePlan) -> dict:

@@ -7,20 +7,24 @@ read a forgotten marker word back with `strings`. DuckDB's own answer is to copy
 into a fresh file (`COPY FROM DATABASE`): only live rows are written. Here that copy is swapped
 in for the file:
 
-1. the store is paused (no write, no read; memory/store/connection.py `paused`) and checkpointed,
-   so the WAL is empty and the file holds every committed row;
+1. writes are held off (reads go on), so the copy holds every committed row, the WAL's too;
 2. every table, sequence and index is copied into `<db>.rewrite` beside it, the pending mark is
    dropped from the copy, and the copy is checkpointed and fsynced;
-3. the writer connection is closed, the copy renamed over the file (the folder fsynced) and
-   opened (`Store.swap_file`, under the folder lock no other memgate process opens it past).
+3. reads are held off too, the connection closed without a checkpoint, the copy renamed in and
+   opened (`Store.swap_file`; memory/store/file_swap.py: the old WAL set aside, a marker that
+   lets the next open complete a swap a crash interrupted, the folder lock no other memgate
+   process opens the file past).
 
-A crash at any point loses nothing: before the rename the old file is whole and still carries
-the pending mark (`rewrite.pending` in `meta`, written in the forget's own transaction), so the
-next open removes the half-made copy and rewrites again; after it the new file is whole. A
+A crash at any point loses nothing: before the copy is complete the old file and its WAL are
+whole and still carry the pending mark (`rewrite.pending` in `meta`, written in the forget's own
+transaction), so the next open removes the half-made copy and the engine rewrites again; once
+it is complete the next open puts it in place. A
 forget asks for the rewrite; the running gateway does it in the background a little later
 (`BackgroundRewrite`, several forgets share one), and a store being closed does what is pending
-first. An erase does it at once. PostgreSQL has no such step: the rows are gone from the tables
-and VACUUM is the server's (docs/scale-out.md says what it does and does not promise on disk).
+first. An erase does it at once. The copy holds writes back for as long as it takes
+(bench/erase_cost.py measures it), so the background run waits for a quiet moment. PostgreSQL
+has no such step: the rows are gone from the tables and VACUUM is the server's (docs/scale-out.md
+says what it does and does not promise on disk).
 
 The vector files of the spaces named in the mark are rewritten with live rows only (or removed,
 to be rebuilt from the table), so a forgotten memory's vector does not stay behind either.
@@ -39,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memory.store.dialect import dialect_of
+from memory.store.file_swap import copy_path, wal_of
 
 if TYPE_CHECKING:
     from memory.store.connection import Store
@@ -75,16 +80,8 @@ def pending_spaces(store: object) -> list[str] | None:
     return None if value is None else list(json.loads(value))
 
 
-def _copy_path(store: Store) -> Path:
-    return store.path.with_name(store.path.name + ".rewrite")
-
-
-def _wal(path: Path) -> Path:
-    return path.with_name(path.name + ".wal")
-
-
 def _size(path: Path) -> int:
-    return sum(p.stat().st_size for p in (path, _wal(path)) if p.exists())
+    return sum(p.stat().st_size for p in (path, wal_of(path)) if p.exists())
 
 
 def _fsync(path: Path) -> None:
@@ -97,7 +94,7 @@ def _fsync(path: Path) -> None:
 
 def rewrite(store: Store, *, stage: Stage | None = None) -> RewriteResult | None:
     """Rewrite the file with live rows only and swap it in (see the module docstring). None for
-    a store without a file, or when reads that would not end kept it from pausing (the mark
+    a store without a file, or when reads that would not end kept it from swapping (the mark
     stays: it is tried again)."""
     if getattr(store, "backend", None) != "duckdb" or not getattr(store, "_file", False):
         return None
@@ -105,13 +102,9 @@ def rewrite(store: Store, *, stage: Stage | None = None) -> RewriteResult | None
     started, before = time.perf_counter(), _size(store.path)
     spaces = pending_spaces(store) or []
     _refile_vectors(store, spaces)
-    fresh = _copy_path(store)
-    with store.paused() as con:
-        if con is None:
-            log.warning("the database rewrite waited too long for reads to end: it is tried again later")
-            return None
-        con.execute("CHECKPOINT")
-        for leftover in (fresh, _wal(fresh)):
+    fresh = copy_path(store.path)
+    with store.writes_held() as con:   # reads go on while the copy is made; writes wait
+        for leftover in (fresh, wal_of(fresh)):
             leftover.unlink(missing_ok=True)
         source = con.execute("SELECT current_database()").fetchone()[0]
         tell("copying")
@@ -122,15 +115,18 @@ def rewrite(store: Store, *, stage: Stage | None = None) -> RewriteResult | None
             con.execute(f"CHECKPOINT {COPY_NAME}")
         finally:
             con.execute(f"DETACH {COPY_NAME}")
-        if _wal(fresh).exists():  # a checkpointed, detached copy has none; never swap in half a database
+        if wal_of(fresh).exists():  # a checkpointed, detached copy has none; never swap in half a database
             fresh.unlink(missing_ok=True)
-            _wal(fresh).unlink(missing_ok=True)
+            wal_of(fresh).unlink(missing_ok=True)
             raise OSError(f"the rewritten copy {fresh} kept a WAL: the rewrite was not swapped in")
         os.chmod(fresh, 0o600)
         _fsync(fresh)
         tell("copied")
         tell("swapping")
-        store.swap_file(fresh)
+        if not store.swap_file():
+            fresh.unlink(missing_ok=True)
+            log.warning("the database rewrite waited too long for reads to end: it is tried again later")
+            return None
         tell("swapped")
     result = RewriteResult(before, _size(store.path), time.perf_counter() - started)
     log.info("database rewritten with live rows only: %d -> %d bytes in %.2f s",
@@ -153,21 +149,11 @@ def _refile_vectors(store: Store, spaces: Sequence[str]) -> None:
 
 def attach(store: object) -> None:
     """Look after a DuckDB file store's rewrites (the engine does, for the store it is given):
-    finish one a crash left undone, now, and do a pending one when the store is closed."""
+    do one a crash left undone, now, and a pending one when the store is closed."""
     if getattr(store, "backend", None) != "duckdb" or not getattr(store, "_file", False):
         return
-    finish_interrupted(store)
-    store.before_close(lambda: finish_pending(store))
-
-
-def finish_interrupted(store: Store) -> None:
-    """At open: remove a copy a crash left half-made, and do the rewrite it was for."""
-    fresh = _copy_path(store)
-    for leftover in (fresh, _wal(fresh)):
-        if leftover.exists():
-            log.warning("removing %s, left by an interrupted rewrite", leftover.name)
-            leftover.unlink(missing_ok=True)
     finish_pending(store)
+    store.before_close(lambda: finish_pending(store))
 
 
 def finish_pending(store: Store) -> RewriteResult | None:
@@ -178,12 +164,13 @@ def finish_pending(store: Store) -> RewriteResult | None:
 
 
 class BackgroundRewrite:
-    """Runs a pending rewrite `delay` seconds after the last request, off the event loop, so a
-    burst of forgets costs one rewrite and no reply waits for it."""
+    """Runs a pending rewrite `delay` seconds after the last request, once the store has been
+    quiet (no write) for `quiet` seconds or `patience` seconds went by, off the event loop: a
+    burst of forgets costs one rewrite, and the copy, which holds writes back, falls between turns."""
 
-    def __init__(self, store: object, *, delay: float = 5.0) -> None:
+    def __init__(self, store: object, *, delay: float = 5.0, quiet: float = 5.0, patience: float = 600.0) -> None:
         self.store = store
-        self.delay = delay
+        self.delay, self.quiet, self.patience = delay, quiet, patience
         self._task: asyncio.Task | None = None
 
     def soon(self) -> None:
@@ -200,6 +187,10 @@ class BackgroundRewrite:
 
     async def _run(self) -> None:
         await asyncio.sleep(self.delay)
+        waited = 0.0
+        while waited < self.patience and self.store.quiet_for() < self.quiet:
+            await asyncio.sleep(1.0)
+            waited += 1.0
         try:
             await asyncio.to_thread(finish_pending, self.store)
         except Exception:  # the mark stays: the next request, open or close does it

@@ -24,6 +24,7 @@ import time
 import duckdb
 
 from memory.errors import StoreError, StoreLockedError, StoreWriteError
+from memory.store import file_swap
 from memory.store.dialect import DUCKDB
 from memory.store.locks import LocalLocks, ReaderGate
 from memory.private_files import tighten
@@ -79,27 +80,10 @@ def _ddl_marker(path: Path) -> Path:
     return path.with_name(path.name + ".ddl-in-progress")
 
 
-@contextmanager
-def swap_guard(path: Path, *, exclusive: bool) -> Iterator[None]:
-    """Hold the data folder's advisory lock: shared while a process opens a database file in it,
-    exclusive while a rewrite swaps the file (compact.py). A process that opened the old file in
-    the moment between the swap's close and rename would write into a file that is no longer
-    the database; with the lock it waits the few milliseconds and opens the new one."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no other process is expected to open the file meanwhile
-        yield
-        return
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
 def _open_recovering(path: Path) -> Conn:
-    with swap_guard(path, exclusive=False):
+    """Open the file (after completing a swap a crash interrupted: memory/store/file_swap.py)."""
+    with file_swap.guard(path, exclusive=True):
+        file_swap.finish(path)
         return _open_recovering_unguarded(path)
 
 
@@ -176,6 +160,7 @@ class Store:
         self._queued: list[_Write] = []   # writes waiting for the writer (group commit, `write`)
         self._queued_lock = threading.Lock()
         self._readers = ReaderGate()      # closed only while the file is swapped (compact.py)
+        self._last_write = time.monotonic()
         self._exclusive = False           # set while a group, schema change or migration runs
         self._closed = False
         self.locks = LocalLocks()
@@ -305,6 +290,7 @@ class Store:
                         raise _Failed from None
                     raise
             self._con.execute("COMMIT")
+            self._last_write = time.monotonic()
         except _Failed:
             raise
         except (duckdb.IOException, duckdb.TransactionException) as exc:
@@ -340,36 +326,36 @@ class Store:
             self._readers.leave()
 
     @contextmanager
-    def paused(self, timeout: float = 60.0) -> Iterator[Conn | None]:
-        """Hold off every write and read; yields the writer connection, or None when reads
-        still running after `timeout` s did not end (nothing was paused then)."""
+    def writes_held(self) -> Iterator[Conn]:
+        """Hold off every write (reads go on); yields the writer connection."""
         with self._lock:
-            if not self._readers.close(timeout):
-                yield None
-                return
-            try:
-                yield self._con
-            finally:
-                self._readers.open()
+            yield self._con
 
-    def swap_file(self, fresh: Path) -> None:
-        """Inside `paused()`: make the complete, synced file `fresh` the database. The writer
-        connection is closed (checkpointed: no WAL is left), `fresh` renamed over the file and
-        opened; no other process can open the file in between (`swap_guard`)."""
-        with swap_guard(self.path, exclusive=True):
-            self._con.execute("CHECKPOINT")
-            self._con.close()
-            try:
-                os.replace(fresh, self.path)
-                dir_fd = os.open(self.path.parent, os.O_RDONLY)
+    def swap_file(self, *, timeout: float = 60.0) -> bool:
+        """Inside `writes_held()`: make the complete, synced copy (`file_swap.copy_path`) the
+        database. Reads are held off (the ones running end first), the connection is closed
+        without a checkpoint (the copy holds everything its WAL does), and the copy renamed in
+        (file_swap.swap: crash-safe, no other process opens the file meanwhile). False, and
+        nothing swapped, when reads still running after `timeout` s did not end."""
+        if not self._readers.close(timeout):
+            return False
+        try:
+            with file_swap.guard(self.path, exclusive=True):
+                self._con.execute("PRAGMA disable_checkpoint_on_shutdown")
+                self._con.close()
                 try:
-                    os.fsync(dir_fd)  # the rename is durable before anything is written to the new file
+                    file_swap.swap(self.path)
                 finally:
-                    os.close(dir_fd)
-            finally:
-                # The new file, or the old one when the rename failed: the store stays usable.
-                self._con = _open_recovering_unguarded(self.path)
-            tighten(self.path)
+                    # The new file, or the old one with its WAL when the rename failed: the store stays usable.
+                    self._con = _open_recovering_unguarded(self.path)
+                tighten(self.path)
+        finally:
+            self._readers.open()
+        return True
+
+    def quiet_for(self) -> float:
+        """Seconds since the last write committed (a rewrite waits for a quiet moment)."""
+        return time.monotonic() - self._last_write
 
     async def awrite(self, fn: Callable[[Conn], T], *, serial: str | None = None) -> T:
         return await asyncio.to_thread(self.write, fn)

@@ -4,7 +4,9 @@ let csrf = null;
 export function setCsrf(token) { csrf = token; }
 
 export class ApiError extends Error {
-  constructor(status, code, message) { super(message || code || String(status)); this.status = status; this.code = code; }
+  constructor(status, code, message, data) {
+    super(message || code || String(status)); this.status = status; this.code = code; this.data = data;
+  }
 }
 
 export async function api(method, path, body, headers = {}) {
@@ -15,7 +17,7 @@ export async function api(method, path, body, headers = {}) {
     body: body === undefined ? undefined : JSON.stringify(body)});
   const ctype = resp.headers.get('Content-Type') || '';
   const data = ctype.startsWith('application/json') ? await resp.json() : await resp.text();
-  if (!resp.ok) throw new ApiError(resp.status, data?.error?.code, data?.error?.message);
+  if (!resp.ok) throw new ApiError(resp.status, data?.error?.code, data?.error?.message, data);
   return data;
 }
 

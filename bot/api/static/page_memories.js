@@ -134,6 +134,37 @@ function addForm(ctx, onAdded) {
   return details;
 }
 
+/** Erase everything of this key's space: the plan and a code first (DELETE /api/v1/me answers 409
+ * with them), then the code typed back, as /forget everything asks in chat. */
+function eraseCard(ctx) {
+  const out = h('div', {id: 'erase-step'});
+  const start = async () => {
+    let shown;
+    try { await api('DELETE', '/api/v1/me'); return; } catch (err) {
+      if (err.status !== 409 || !err.data?.confirm) { ctx.say(`${t('error')}: ${err.message}`, true); return; }
+      shown = err.data;
+    }
+    const e = shown.erase;
+    const code = h('input', {type: 'text', id: 'erase-code', autocomplete: 'off', spellcheck: 'false', required: true});
+    fill(out, h('form', {class: 'edit', onsubmit: async (ev) => {
+      ev.preventDefault();
+      try {
+        await api('DELETE', `/api/v1/me?confirm=${encodeURIComponent(code.value.trim())}`);
+        await ctx.logout(t('erase.done'));
+      } catch (err) { ctx.say(`${t('error')}: ${err.message}`, true); }
+    }},
+    h('p', {id: 'erase-plan'}, t('erase.plan', {facts: num(e.facts), messages: num(e.messages), tasks: num(e.tasks),
+      skills: num(e.skills), reminders: num(e.reminders)})),
+    h('p', {}, t('erase.type_code', {code: shown.confirm, minutes: num(Math.round(shown.expires_in_s / 60))})),
+    field(t('erase.code'), code),
+    h('button', {type: 'submit', class: 'danger', id: 'erase-confirm'}, t('erase.confirm'))));
+    code.focus();
+  };
+  return h('details', {class: 'card erase', id: 'erase-all'}, h('summary', {}, t('erase.title')),
+    h('p', {class: 'hint'}, t('erase.help')),
+    h('button', {type: 'button', class: 'danger', id: 'erase-start', onclick: start}, t('erase.start')), out);
+}
+
 export async function memoriesPage(root, ctx, preset = {}) {
   const q = h('input', {type: 'search', id: 'mem-q', value: preset.q || ''});
   const kind = h('select', {id: 'mem-kind'}, ['', 'fact', 'chunk', 'task', 'skill'].map((k) =>
@@ -189,7 +220,7 @@ export async function memoriesPage(root, ctx, preset = {}) {
     field(t('mem.pinned'), pinned), since.box, until.box,
     h('button', {type: 'submit', id: 'mem-go'}, t('mem.go')));
   root.append(canWrite(ctx) ? addForm(ctx, () => { offset = 0; return load(); }) : h('p', {class: 'hint'}, t('mem.read_only')),
-    form, results);
+    form, results, ...(canWrite(ctx) ? [eraseCard(ctx)] : []));
   if (preset.since) since.set(preset.since);
   if (preset.until) until.set(preset.until);
   await load();

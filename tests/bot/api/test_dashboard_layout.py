@@ -409,3 +409,40 @@ async def test_the_usage_table_keeps_its_numbers_in_view_with_long_model_ids(api
             assert p.errors == [], p.errors
         finally:
             await browser.close()
+
+
+@pytest.mark.timeout(300)  # a browser and a seeded space on a shared 2-core machine
+async def test_erase_everything_shows_the_counts_and_a_code_then_erases_and_logs_out(api, tmp_path):
+    """The dashboard's button asks as /forget everything does (issue 35): counts, then a code typed back."""
+    browser_or_skip()
+    from playwright.async_api import async_playwright
+
+    data = await seed(api)
+    other = api.key("u_bob")
+    await api.call("POST", "/api/v1/memories", other, json={"content": "Bob keeps bees"})
+    async with async_playwright() as pw:
+        browser = await _browser(pw)
+        try:
+            ctx = await browser.new_context(viewport=PHONE, locale="en-US")
+            p = Page(await ctx.new_page(), api.app.extras["api"].url, screenshot_folder(tmp_path))
+            await p.login(data["key"])
+            await p.page.locator("#erase-all summary").click()
+            await p.page.locator("#erase-start").click()
+            plan = await p.page.locator("#erase-plan").text_content()
+            assert "facts" in plan and "reminders" in plan and "cannot be undone" in plan
+            text = await p.page.locator("#erase-step").text_content()
+            code = re.search(r"type the code ([A-Z0-9]{8})", text).group(1)
+            _, listed, _ = await api.call("GET", "/api/v1/memories", data["key"])
+            assert listed["total"] > 0                       # nothing erased before the code
+            await p.page.get_by_label("Confirmation code").fill(code.lower())
+            await p.page.locator("#erase-confirm").click()
+            await p.page.locator("#login-key").wait_for()    # the key went with the space: logged out
+            await p.page.get_by_text("Everything was erased.").wait_for()
+            status, _, _ = await api.call("GET", "/api/v1/memories", data["key"])
+            assert status == 401
+            _, bob, _ = await api.call("GET", "/api/v1/memories", other)
+            assert [m["text"] for m in bob["memories"]] == ["Bob keeps bees"]
+            # The 409 that carried the code is the one request the browser logs as failed.
+            assert all("status of 409" in e for e in p.errors), p.errors
+        finally:
+            await browser.close()

@@ -3,7 +3,8 @@ real subprocesses, Telegram through the fake Bot API, the fake LLM. The plan is 
 nothing is erased without --yes (or a typed 'erase'); the erased person's words are in no file of
 the data folder afterwards while the other person's are (the database's text is stored plain for
 the scan: tests/bytescan.py); the erased person is a stranger again (a pairing code). `memory list`
-shows every kind by default and `memgate jobs` the turns waiting to become memory."""
+shows every kind by default and `memgate jobs` the turns waiting to become memory. The gateway's log
+holds none of what people said."""
 
 from __future__ import annotations
 
@@ -66,13 +67,18 @@ async def test_memory_erase_through_the_gateway_and_offline(tmp_path, fake_llm):
             jobs = await cli(env, "jobs")
             assert jobs.returncode == 0 and "Ingest queue:" in jobs.stdout, jobs.stderr
 
+            # The log never held what people said (message text is logged at DEBUG only).
+            assert (data / "memgate.log").exists()
+            before = find(data, [ALICE_WORDS, BOB_WORDS])
+            assert not [f for f in before[ALICE_WORDS] + before[BOB_WORDS] if f.startswith("memgate.log")], before
+
             asked = await cli(env, "memory", "erase", "--user", f"telegram:{ALICE}")
             assert asked.returncode == 1 and "would erase" in asked.stdout and "1 fact" in asked.stdout
             assert "--yes" in asked.stderr
             assert ALICE_WORDS in (await cli(env, "memory", "list", "--user", f"telegram:{ALICE}")).stdout  # nothing erased
             erased = await cli(env, "memory", "erase", "--user", f"telegram:{ALICE}", "--yes")
             assert erased.returncode == 0, erased.stderr
-            assert "erased: space" in erased.stdout and f"telegram:{ALICE} become strangers" in erased.stdout
+            assert "erased: space" in erased.stdout and f"telegram:{ALICE} is a stranger" in erased.stdout
             assert "group chats stays with those groups" in erased.stdout
             scan = find(data, [ALICE_WORDS, BOB_WORDS])
             assert scan[ALICE_WORDS] == [], scan        # at once, while the gateway runs

@@ -65,7 +65,7 @@ async def test_a_forgotten_marker_is_in_no_file_once_the_store_is_closed(tmp_pat
 
 async def test_the_running_engine_rewrites_in_the_background_after_a_forget(tmp_path, embedder):
     engine = engine_on(tmp_path / "data" / "memgate.duckdb", embedder)
-    engine.rewrites.delay = 0
+    engine.rewrites.delay = engine.rewrites.quiet = 0
     try:
         fact = await two_people(engine)
         others = [r.id for r in await engine.list(["u1"], kinds=("fact",), limit=10) if r.id != fact]
@@ -150,14 +150,32 @@ KILLED_AT = textwrap.dedent("""
     from tests.bytescan import install_plain_duckdb
     install_plain_duckdb()
     import memory.store.compact as compact
+    import memory.store.file_swap as file_swap
     from memory.store.connection import Store
     stage = sys.argv[2]
     store = Store(sys.argv[1], 384)  # a bare store: the pending rewrite is left to us
+    # A write the WAL alone holds when the rewrite starts: the copy must carry it.
+    store.write(lambda c: c.execute(
+        "INSERT INTO memories (id, space_id, kind, title, text, search_text, created_at, updated_at) "
+        "VALUES ('late', 'u2', 'fact', 't', 'written just before the rewrite', 'x', now(), now())"))
+    assert os.path.exists(sys.argv[1] + ".wal")
+
+    def die():
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def at(name):
         if name == stage:
-            os.kill(os.getpid(), signal.SIGKILL)
+            die()
 
+    real_swap, real_replace, replaced = file_swap.swap, os.replace, []
+    if stage == "closed":
+        file_swap.swap = lambda path: die()
+    def replace(a, b):
+        real_replace(a, b)
+        replaced.append(b)
+        if (stage == "wal set aside" and len(replaced) == 1) or (stage == "renamed" and len(replaced) == 2):
+            die()
+    os.replace = replace
     compact.rewrite(store, stage=at)
 """)
 
@@ -184,7 +202,7 @@ def _seed_forgotten(db: Path) -> int:
     return 300
 
 
-@pytest.mark.parametrize("stage", ["copying", "copied", "swapping", "swapped"])
+@pytest.mark.parametrize("stage", ["copying", "copied", "swapping", "swapped", "closed", "wal set aside", "renamed"])
 def test_a_rewrite_killed_at_any_stage_loses_nothing_and_finishes_at_the_next_open(tmp_path, stage):
     db = tmp_path / "data" / "memgate.duckdb"
     kept = _seed_forgotten(db)
@@ -197,6 +215,8 @@ def test_a_rewrite_killed_at_any_stage_loses_nothing_and_finishes_at_the_next_op
         n = store.read(lambda c: c.execute("SELECT count(*) FROM memories WHERE space_id = 'u2' AND text LIKE ?",
                                            [f"{KEPT}%"]).fetchone()[0])
         assert n == kept
+        assert store.read(lambda c: c.execute("SELECT text FROM memories WHERE id = 'late'").fetchone()) \
+            == ("written just before the rewrite",)
         assert pending_spaces(store) is None
     finally:
         store.close()
