@@ -5,8 +5,10 @@ Finding the dates is LLM-free (no call, no tokens): the WHEN readers (bot/remind
 scan the text of the person's own facts and messages in memory for a day ("friday", "next
 tuesday", "2026-05-08", "下周二", "5月8日"), read relative to when it was said (the memory's
 `created_at`, in the person's zone). Only a day that was still ahead when it was said counts (a
-plan, not a remark about today: "today" itself never counts). Facts extracted by the memory LLM carry absolute dates already;
-the person's own messages carry the words they used.
+plan, not a remark about today: "today" itself never counts), and only when the rest of the text
+names something that happens: a leave-taking or a bare day ("see you friday", "周五见", "talk
+tomorrow", "ok, friday then") is no plan of the person's to ask about. Facts extracted by the
+memory LLM carry absolute dates already; the person's own messages carry the words they used.
 
 Rules: only for people who said `/followups on` (in their direct chat, where the question goes;
 never a group's space); inside waking hours (`[reminders] quiet_hours` is asleep, in their zone);
@@ -49,6 +51,33 @@ _EN_OK = re.compile(r"^(?:(?:next|this|coming)\s+)?(?:monday|tuesday|wednesday|t
 _PAST = re.compile(r"\b(?:went|was|were|did|had|yesterday|last|ago)\b|昨天|前天|上周|上个?星期")
 
 
+# What a text holds besides its day when it is no plan: leave-takings, greetings and the small
+# words around a day. A text whose words are all of these names nothing that happens.
+_NOT_AN_EVENT_EN = frozenset("""
+    see ya u you talk speak chat catch meet call text ping bye goodbye byebye cya later soon again then until till
+    ok okay k sure alright fine yes yeah yep good great nice night morning evening day weekend have a an the
+    i i'm i'll me my we we'll we're us our let's it it's that's so and or but to with for of at on in by from
+    will be is are am was take care cheers thanks thank hi hello hey user assistant bot here there
+    this next coming o'clock am pm
+""".split())
+# Chinese leave-takings first (as phrases), then the single characters around a day.
+_NOT_AN_EVENT_ZH = re.compile(r"(?:上午|下午|早上|晚上|中午|凌晨|傍晚|今晚)?[〇零一二两三四五六七八九十\d]+点(?:半|[〇零一二三四五六七八九十\d]+分?)?|"
+                              r"上午|下午|早上|晚上|中午|凌晨|傍晚|再见|拜拜|回头|到时候?|晚安|下次|改天|再聊|见|聊|[我你您他她它们咱的了是在就那这和跟一起好吗嘛吧呢啊呀啦咯喽哦嗯噢哈再又还也]")
+_SENTENCE_END = re.compile(r"[.!?;。！？；\n]")
+_WORD = re.compile(r"[a-z]+(?:'[a-z]+)?|[\u3400-\u9fff]")
+
+
+def names_something_that_happens(s: str, start: int, end: int) -> bool:
+    """Whether the sentence of the normalised text `s` holding the day piece s[start:end] holds,
+    besides that day, a word of an event: not only leave-takings, greetings, small words and
+    times (see _NOT_AN_EVENT_EN). "see you friday! my exam is on monday" has one, on monday."""
+    before = [m.end() for m in _SENTENCE_END.finditer(s, 0, start)]
+    after = _SENTENCE_END.search(s, end)
+    rest = s[before[-1] if before else 0:start] + " " + s[end:after.start() if after else len(s)]
+    rest = _NOT_AN_EVENT_ZH.sub(" ", rest)
+    return any(w not in _NOT_AN_EVENT_EN for w in _WORD.findall(rest))
+
+
 # Where a day piece may start (what bot.reminders.phrases.read_day reads first).
 _STARTS = re.compile(r"\d|next|this|coming|the|day|tomorrow|tmr|today|tonight|mon|tue|wed|thu|fri|sat|sun|jan|feb|"
                      r"mar|apr|may|jun|jul|aug|sep|oct|nov|dec|[今明后大下这本周星礼〇零一二三四五六七八九十]")
@@ -73,9 +102,10 @@ def event_day(text: str, said_at: datetime, zone: ZoneInfo) -> date | None:
     if _PAST.search(s):
         return None  # "I went there on Monday": told, not planned
     said = said_at.astimezone(zone).date()
+    read_to = 0  # the end of the last day piece read: its tail ("周二" of "下周二") is not another day
     for m in _STARTS.finditer(s):  # only where a day piece can begin: cheap on text with none
         i = m.start()
-        if i and s[i - 1].isascii() and s[i - 1].isalnum():
+        if i < read_to or (i and s[i - 1].isascii() and s[i - 1].isalnum()):
             continue  # inside an English word
         p = Parts()
         end = read_day(s, i, p)
@@ -89,8 +119,9 @@ def event_day(text: str, said_at: datetime, zone: ZoneInfo) -> date | None:
         if p.day_month_unsure is not None or p.day_offset == 0:
             continue
         days = days_named(p, said)
+        read_to = end
         # Ahead when said, or the very day when a weekday or a date names it ("my exam is on Friday", on a Friday).
-        if isinstance(days, list) and days and days[0] >= said:
+        if isinstance(days, list) and days and days[0] >= said and names_something_that_happens(s, i, end):
             return days[0]
     return None
 

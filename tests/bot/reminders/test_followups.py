@@ -23,6 +23,11 @@ SAID = datetime(2026, 5, 6, 2, 0, tzinfo=UTC)   # Wednesday 10:00 in Shanghai
     ("User has an exam on 2026-05-08.", "2026-05-08"), ("我5月20日去北京", "2026-05-20"), ("周六去爬山", "2026-05-09"),
     ("I'm tired today", None), ("I sat down and ate", None), ("I went there on Monday", None), ("昨天我去了北京", None),
     ("see you next week", None), ("3/4 is a fraction", None),
+    # A leave-taking or a bare day is no plan of the person's (issue 34: "see you friday" was asked about).
+    ("see you friday", None), ("OK, see you Friday!", None), ("周五见", None), ("下周二聊", None), ("明天下午三点见", None),
+    ("ok, friday then", None), ("good night, talk tomorrow", None), ("那就周五吧", None),
+    ("see you friday! my exam is on monday", "2026-05-11"), ("Friday is my sister's wedding", "2026-05-08"),
+    ("明天下午三点开会", "2026-05-07"), ("on Friday, I have an exam", "2026-05-08"),
 ])
 def test_the_day_of_a_plan_is_read_from_what_was_said(text, day):
     got = event_day(text, SAID, SHANGHAI)
@@ -38,6 +43,26 @@ def test_a_weekday_plan_is_that_day_of_the_week_it_was_said_in_or_the_next(said,
     day = event_day(text, said, SHANGHAI)
     said_day = said.astimezone(SHANGHAI).date()
     assert day is not None and day.weekday() == weekday and timedelta(0) <= day - said_day <= timedelta(days=6)
+
+
+EN_DAYS = ["friday", "on friday", "tomorrow", "next tuesday", "monday", "the day after tomorrow"]
+ZH_DAYS = ["周五", "明天", "下周二", "后天", "周一", "5月20日"]
+EN_PARTINGS = ["see you {d}", "see ya {d}!", "talk to you {d}", "ok, {d} then", "bye, until {d}", "catch you {d} :)",
+               "good night, see you {d}", "{d} then", "speak soon, {d}", "thanks! see you {d} at 3pm"]
+ZH_PARTINGS = ["{d}见", "{d}见！", "{d}再聊吧", "那就{d}吧", "好的，{d}见", "回头{d}聊", "{d}下午三点见", "咱们{d}见"]
+EN_PLANS = ["my exam is on {d}", "{d} I fly to Lisbon", "the dentist appointment is {d}", "{d} is my sister's wedding",
+            "see you {d}, I have an interview then"]
+ZH_PLANS = ["我{d}面试", "{d}我要交报告", "{d}去爬山", "{d}和朋友见面", "我们{d}开会"]
+
+
+@given(st.booleans(), st.integers(0, 100), st.integers(0, 100), st.booleans())
+def test_a_parting_with_a_day_is_no_plan_and_a_plan_with_a_day_is(chinese, which, day, plan):
+    """Whatever the day and however the person says goodbye, a parting is never a follow-up; the same
+    day with something that happens is (issue 34: "see you friday")."""
+    days, texts = (ZH_DAYS, ZH_PLANS if plan else ZH_PARTINGS) if chinese else (EN_DAYS, EN_PLANS if plan else EN_PARTINGS)
+    text = texts[which % len(texts)].format(d=days[day % len(days)])
+    got = event_day(text, SAID, SHANGHAI)
+    assert (got is not None) == plan, text
 
 
 @given(st.times(), st.times(), st.times())

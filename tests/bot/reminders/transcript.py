@@ -154,6 +154,7 @@ async def followup_once(tmp: Path, embedder) -> list[str]:
         await t.say("ann", "/timezone Asia/Shanghai")
         await t.say("ann", "/followups on")
         await t.say("ann", "/remember my exam is on Friday")
+        await t.say("ann", "/remember ok, see you Saturday!")   # a parting, not a plan: never asked about
         said = await t.say("ann", "/remember my dentist appointment is tomorrow")
         dentist = re.search(r"\[(\w+)\]", said).group(1)
         await t.say("ann", f"/forget {dentist}")
