@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from memory.erase import EraseCounts, EraseRules
 from memory.forget import ForgetHook, ForgetResult
@@ -288,15 +289,20 @@ class MemoryEngine:
         """Import exported rows (re-embedded here; ids kept, so a re-run adds nothing). Returns the
         ImportReport: rows added, already present, and the id each row has here."""
         from memory.portable import ExportRow, import_rows
+        from memory.store.vectors import cache_for
 
         parsed = ((n, ExportRow.model_validate(d)) for n, d in enumerate(rows, start=1))
-        return import_rows(self.store, self.embedder.embed_passages, parsed, lambda r: space_id or r.space_id,
-                           batch=batch, progress=progress)
+        spaces: set[str] = set()
+        report = import_rows(self.store, self.embedder.embed_passages, parsed,
+                             _noting(lambda r: space_id or r.space_id, spaces), batch=batch, progress=progress)
+        cache_for(self.store).warm(sorted(spaces))  # a big import's vector file, before its first question
+        return report
 
     def import_lines(self, lines: Iterable[bytes | str], space_for: Callable[[object], str], *, batch: int = 64,
                      progress: Callable[[int], None] | None = None, on_bad: Callable[[object], None] | None = None):
         """Import an export file's lines; bad lines are reported through `on_bad` and skipped."""
         from memory.portable import BadLine, ImportReport, import_rows, parse_lines
+        from memory.store.vectors import cache_for
 
         bad: list[BadLine] = []
 
@@ -311,8 +317,10 @@ class MemoryEngine:
                 else:
                     yield n, item
 
-        report: ImportReport = import_rows(self.store, self.embedder.embed_passages, good(), space_for,
-                                           batch=batch, progress=progress)
+        spaces: set[str] = set()
+        report: ImportReport = import_rows(self.store, self.embedder.embed_passages, good(),
+                                           _noting(space_for, spaces), batch=batch, progress=progress)
+        cache_for(self.store).warm(sorted(spaces))
         report.bad = bad
         return report
 
@@ -344,3 +352,12 @@ class MemoryEngine:
         self.worker.embedder = embedder
         log.info("re-embedded %d of %d memories with %s", done, total, embedder.name)
         return done
+
+
+def _noting(space_for: Callable[[Any], str], spaces: set[str]) -> Callable[[Any], str]:
+    """`space_for` that also notes every space it gives (the spaces an import wrote to)."""
+    def noted(row: Any) -> str:
+        space = space_for(row)
+        spaces.add(space)
+        return space
+    return noted

@@ -13,7 +13,9 @@ Embeddings are unit vectors, so cosine is the inner product. Two paths return th
   ~3.5 ms for 100k x 384 on one core). A DuckDB file store keeps each space's vectors in a
   file beside the database (`<db>.vectors/`, mode 0600), so the first search of a space after
   a restart maps the file and reads only the rows changed since it was written, instead of
-  every vector of the space from the table. Memory only proposes: the best
+  every vector of the space from the table; a large space that has no file yet is searched in
+  SQL while its file is built in the background (vector_warm.py), and a writer of many rows
+  asks for the file at once (`warm`). Memory only proposes: the best
   rows are checked against the table in SQL on the caller's connection (the row exists, is
   active, is in an allowed space, is of an allowed kind) and the slice widens until `n` rows
   pass, so the answer is the SQL path's. Recall checks the proposal with the query that
@@ -49,6 +51,7 @@ from memory.store.connection import Conn, PerStore, Store, vector_literal
 from memory.store.dialect import dialect_of
 from memory.store import vector_files
 from memory.store.vector_space import SpaceVectors, over, quantize
+from memory.store.vector_warm import Warmer
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,9 @@ CACHE_MAX_BYTES = 1 << 30     # ~700k vectors of 384 floats across all cached sp
 # Spaces this large get a file: below it, reading the vectors from the table at the first
 # search costs a few ms (a file would only add writes, and copies of vectors on disk).
 PERSIST_MIN_ROWS = 2000
+# A space this large with no file is not read from the table on a question (0.4 s at 10k rows):
+# it is searched in SQL while its file is built in the background (vector_warm.py).
+COLD_MIN_ROWS = 2000
 
 
 def vector_candidates(con: Conn, qvec: np.ndarray, space_ids: Sequence[str], n: int,
@@ -141,11 +147,13 @@ class VectorCache:
     """
 
     def __init__(self, store: Store, *, min_rows: int = CACHE_MIN_ROWS, max_bytes: int = CACHE_MAX_BYTES,
-                 folder: Path | None | bool = True, persist_min_rows: int = PERSIST_MIN_ROWS) -> None:
+                 folder: Path | None | bool = True, persist_min_rows: int = PERSIST_MIN_ROWS,
+                 cold_min_rows: int = COLD_MIN_ROWS) -> None:
         self._store = store
         self.min_rows = min_rows
         self.max_bytes = max_bytes
         self.persist_min_rows = persist_min_rows
+        self.cold_min_rows = max(cold_min_rows, persist_min_rows)  # a space built in the background gets a file
         # Rows proposed beyond n: room for rows retired behind the cache's back (the checked
         # search drops those it finds, so they rarely come back).
         self.margin = 10
@@ -158,6 +166,9 @@ class VectorCache:
         self._model: str | None = None
         self._dim = 0
         self._too_big: set[str] = set()
+        # Files of spaces too big to read from the table on a question, built in the background.
+        self._warmer = (Warmer(store, self.folder, persist_min_rows, self._lock, lambda s: s in self._spaces)
+                        if self.folder is not None else None)
 
     # --- public ---------------------------------------------------------------------------
     def candidates(self, con: Conn, qvec: np.ndarray, space_ids: Sequence[str], n: int,
@@ -255,11 +266,23 @@ class VectorCache:
         with self._lock:
             self._reset(delete_files=True)
 
+    def warm(self, spaces: Sequence[str]) -> None:
+        """Many rows were just written to `spaces` (a document, an import): build the file of each
+        space large enough for one, in the background, before its first question."""
+        if self._warmer is not None:
+            self._warmer.want(s for s in spaces if s not in self._spaces)
+
+    def settled(self, timeout: float | None = None) -> bool:
+        """Wait until the files asked for are built (benches, tests); False on timeout."""
+        return self._warmer.wait(timeout) if self._warmer is not None else True
+
     def refile(self, spaces: Sequence[str], *, drop: bool = False) -> None:
         """Rewrite the files of `spaces` with their live rows only, or remove them (a space not
         held, too small for a file, or `drop`: an erased space), so no forgotten row's vector
         stays on disk. A removed file is rebuilt from the table at the space's next search."""
         with self._lock:
+            if self._warmer is not None:
+                self._warmer.forget(spaces)  # a file being built from rows read before this is not kept
             for s in spaces:
                 sp = self._spaces.get(s)
                 if drop and sp is not None:
@@ -282,6 +305,8 @@ class VectorCache:
 
     # --- keeping current ------------------------------------------------------------------
     def _reset(self, delete_files: bool = False) -> None:
+        if delete_files and self._warmer is not None:
+            self._warmer.forget()
         for sp in self._spaces.values():
             sp.close()
         self._spaces.clear()
@@ -376,6 +401,18 @@ class VectorCache:
     def _load(self, con: Conn, space: str) -> None:
         """Bring a space into memory: from its file plus the rows changed since, or from SQL."""
         sp = self._from_file(con, space)
+        if sp is None and self._warmer is not None:
+            # No file: a large space is not read from the table on a question (0.4 s at 10k rows,
+            # 3 s at 100k); it is searched in SQL until its file is built in the background.
+            n = int(con.execute("SELECT count(*) FROM memories WHERE space_id = ? AND status = 'active'",
+                                [space]).fetchone()[0])
+            if n >= self.cold_min_rows:
+                if n * self._dim * 4 > self.max_bytes:
+                    self._too_big.add(space)
+                    log.info("space %s has %d vectors, more than the vector cache holds: searched in SQL", space, n)
+                else:
+                    self._warmer.want([space])
+                return
         if sp is None:
             got = con.execute(
                 "SELECT id, kind, seq, embedding FROM memories "

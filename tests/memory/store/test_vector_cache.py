@@ -224,3 +224,80 @@ def test_many_rows_written_since_the_file_rewrite_it(db):
             assert cached(store, cache, q, ["A"], 20) == exact(store, q, ["A"], 20)
         sp = cache._spaces["A"]
         assert sp.nbase > 100 and sp.size == 1600
+
+
+# --- files built in the background (issue 33) ------------------------------------------------
+def test_a_large_space_without_a_file_is_searched_in_sql_while_its_file_is_built(db):
+    """Found: the very first search of a 10k space read every vector from the table (0.4-0.5 s,
+    3 s at 100k). Now it is answered by the SQL scan, the file is built in the background, and
+    the next search (or the first after a restart) maps it."""
+    rng = np.random.default_rng(8)
+    with Store(db, DIM) as store:
+        add(store, rng, "A", 300)
+        cache = VectorCache(store, persist_min_rows=0, cold_min_rows=200)
+        q = unit(rng, 1)[0]
+        assert cached(store, cache, q, ["A"], 10) == exact(store, q, ["A"], 10)
+        assert "A" not in cache._spaces                      # not read from the table on the question
+        assert cache.settled(120)
+        assert cache._file("A").exists()
+        fresh = add(store, rng, "A", 5)                       # written after the file: read by seq
+        assert cached(store, cache, q, ["A"], 400) == exact(store, q, ["A"], 400)
+        held = cache._spaces["A"]
+        assert isinstance(held.base, np.memmap) and held.nbase == 300 and held.size == 305
+        assert set(fresh) <= set(held.ids)
+        cache.close()
+    with Store(db, DIM) as store:
+        cache = VectorCache(store, persist_min_rows=0, cold_min_rows=200)
+        assert cached(store, cache, q, ["A"], 10) == exact(store, q, ["A"], 10)
+        assert isinstance(cache._spaces["A"].base, np.memmap)  # a restart maps the file
+
+
+def test_a_writer_of_many_rows_has_the_file_built_before_the_first_question(db):
+    rng = np.random.default_rng(9)
+    with Store(db, DIM) as store:
+        cache = VectorCache(store, persist_min_rows=100)
+        add(store, rng, "A", 250)
+        add(store, rng, "B", 20)
+        cache.warm(["A", "B"])
+        assert cache.settled(120)
+        assert cache._file("A").exists() and not cache._file("B").exists()  # too small for a file
+        q = unit(rng, 1)[0]
+        assert cached(store, cache, q, ["A", "B"], 10) == exact(store, q, ["A", "B"], 10)
+        assert isinstance(cache._spaces["A"].base, np.memmap)
+
+
+def test_a_file_built_from_rows_read_before_a_forget_is_not_kept(db):
+    rng = np.random.default_rng(10)
+    with Store(db, DIM) as store:
+        ids = add(store, rng, "A", 150)
+        cache = VectorCache(store, persist_min_rows=100)
+        warmer = cache._warmer
+        asked = warmer._gen("A")                            # the build reads the rows as they were here...
+        store.write(lambda c: forget(c, [ids[0]], ["A"], NOW))
+        cache.refile(["A"])                                 # ...and the forget's refile comes before it ends
+        warmer._build("A", asked)
+        assert not cache._file("A").exists()
+        assert not list(cache.folder.glob("*.staged")) if cache.folder.exists() else True
+        cache.warm(["A"])                                   # asked again: built from the rows as they are now
+        assert cache.settled(120)
+        sp = load(cache._file("A"), DIM)
+        assert ids[0] not in sp.ids and len(sp.ids) == 149
+
+
+async def test_an_import_has_the_file_of_its_space_built_before_the_first_question(db, embedder):
+    """A writer of many rows at once (an import) asks for the space's file: it is there before
+    the space's first question, so that question maps it instead of reading the table."""
+    from memory.engine import MemoryEngine
+    from memory.store.vectors import cache_for
+
+    with Store(db, embedder.dim) as store:
+        cache = cache_for(store)
+        cache.persist_min_rows = cache._warmer.min_rows = 5   # a small import counts as a big one here
+        engine = MemoryEngine(store, embedder, None)
+        rows = [{"kind": "fact", "space_id": "u:a", "text": f"the orchard's row {i} has young pear trees",
+                 "created_at": NOW.isoformat()} for i in range(8)]
+        report = engine.import_rows(rows, space_id="u:b")
+        assert report.added == 8
+        assert cache.settled(120)
+        assert cache._file("u:b").exists() and not cache._file("u:a").exists()
+        cache.close()
