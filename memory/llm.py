@@ -66,6 +66,7 @@ class Completion:
     tool_calls: tuple[ToolCall, ...] = ()
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cut: bool = False  # the model stopped at its token limit (finish_reason "length"): the text is unfinished
 
 
 @dataclass
@@ -244,7 +245,8 @@ class LiteLLM:
                 ToolCall(id=tc.id or f"call_{i}", name=tc.function.name, arguments=tc.function.arguments or "{}")
                 for i, tc in enumerate(getattr(msg, "tool_calls", None) or ())
             )
-            return Completion(content=msg.content or "", tool_calls=calls, prompt_tokens=pt, completion_tokens=ct)
+            return Completion(content=msg.content or "", tool_calls=calls, prompt_tokens=pt, completion_tokens=ct,
+                              cut=getattr(choice, "finish_reason", None) == "length")
         if isinstance(last, ModelSilent):
             raise last
         status = getattr(last, "status_code", None)

@@ -170,13 +170,14 @@ class Agent:
         calls_before = self.llm.usage.total_calls()
         tokens_before = (sum(self.llm.usage.prompt_tokens.values()), sum(self.llm.usage.completion_tokens.values()))
         captured_msgs: list[TurnMessage] = []
-        failed = cancelled = False
+        failed = cancelled = cut = False
         llm_ms = 0.0
         try:
-            reply, tool_msgs, llm_ms = await unless_cancelled(
+            reply, tool_msgs, llm_ms, cut = await unless_cancelled(
                 asyncio.wait_for(self._loop(messages, ctx, self._shown_while_written(req)),
                                  timeout=self.settings.turn_timeout), req.cancel)
-            reply = cap_reply(reply, self.settings.max_reply_chars)
+            capped = cap_reply(reply, self.settings.max_reply_chars)
+            cut, reply = cut or capped != reply, capped
             captured_msgs += tool_msgs
         except TurnCancelled:
             log.info("turn %s: the reply was cancelled by the person", req.turn_id)
@@ -203,7 +204,9 @@ class Agent:
             reply, described = take_descriptions(reply)
             said_text = with_descriptions(req.text, described)
         captured_msgs.insert(0, TurnMessage("user", said_text, speaker=req.speaker))
-        if not failed:
+        if not failed and not cut:
+            # A reply the model stopped at its token limit, or we cut for length, is unfinished: the
+            # person gets it, memory does not (it would be recalled as what the bot said).
             captured_msgs.append(TurnMessage("assistant", reply))
         # The person's words are kept even when the model failed: nothing they said is lost.
         captured = await self.engine.capture(CapturedTurn(
@@ -295,9 +298,10 @@ class Agent:
         return show
 
     async def _loop(self, messages: list[dict], ctx: ToolContext,
-                    on_text: Callable[[str], None] | None = None) -> tuple[str, list[TurnMessage], float]:
+                    on_text: Callable[[str], None] | None = None) -> tuple[str, list[TurnMessage], float, bool]:
         """Up to max_tool_rounds rounds of tool calls, then a final answer without tools. Each
-        round's text goes to `on_text` as it is written (a round that calls tools mostly has none)."""
+        round's text goes to `on_text` as it is written (a round that calls tools mostly has none).
+        Returns the answer, the tool messages, the LLM time and whether the answer was cut short."""
         tool_msgs: list[TurnMessage] = []
         llm_ms = 0.0
         others_visible = set(ctx.space_ids) - set(ctx.own_spaces)
@@ -308,7 +312,7 @@ class Agent:
             result = await self.llm.complete(messages, purpose="reply", tools=schemas, on_text=on_text)
             llm_ms += (time.perf_counter() - t) * 1000
             if not result.tool_calls or not use_tools:
-                return result.content.strip() or "…", tool_msgs, llm_ms
+                return result.content.strip() or "…", tool_msgs, llm_ms, result.cut
             messages.append({"role": "assistant", "content": result.content or None, "tool_calls": [
                 {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
                 for tc in result.tool_calls]})

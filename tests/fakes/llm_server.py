@@ -80,7 +80,14 @@ class Streamed:
     every: float = 0.0
 
 
-Script = Union[str, list[ToolCall], FakeError, Delay, After, Streamed, Callable[[dict], "Script"]]
+@dataclass(frozen=True)
+class CutShort:
+    """Script item: an answer the model stopped at its token limit (finish_reason "length")."""
+
+    text: str
+
+
+Script = Union[str, list[ToolCall], FakeError, Delay, After, Streamed, CutShort, Callable[[dict], "Script"]]
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,7 @@ class _Answer:
     content: str | None
     tool_calls: tuple[dict, ...] = ()
     slowly: Streamed | None = None  # the text is written piece by piece
+    finish: str = "stop"            # the finish_reason of a text answer
 
 
 class FakeLLM:
@@ -227,6 +235,8 @@ class FakeLLM:
                 return _Answer(content=item)
             elif isinstance(item, Streamed):
                 return _Answer(content="".join(item.pieces), slowly=item)
+            elif isinstance(item, CutShort):
+                return _Answer(content=item.text, finish="length")
             elif isinstance(item, ToolCall):
                 item = [item]
             elif isinstance(item, list) and item and all(isinstance(c, ToolCall) for c in item):
@@ -398,7 +408,7 @@ def _completion(model: str, answer: _Answer, usage: dict) -> dict:
         "index": 0,
         "message": message,
         "logprobs": None,
-        "finish_reason": "tool_calls" if answer.tool_calls else "stop",
+        "finish_reason": "tool_calls" if answer.tool_calls else answer.finish,
     }
     return {**_envelope(model, "chat.completion"), "choices": [choice], "usage": usage}
 
@@ -423,7 +433,7 @@ def _stream_chunks(model: str, answer: _Answer) -> list[dict]:
     else:
         for piece in _pieces(answer.content or "", 8):
             chunks.append(chunk({"content": piece}))
-        chunks.append(chunk({}, "stop"))
+        chunks.append(chunk({}, answer.finish))
     return chunks
 
 
