@@ -160,6 +160,11 @@ class App:
         if scheduler is not None:
             await scheduler.start()
             self._stack.push_async_callback(scheduler.stop)
+        # The menus as the channels start, with every command registered by now (tasks and skills
+        # are wired after the channels were added: a menu taken then left them off Telegram's).
+        for ch in self.gateway.channels.values():
+            if isinstance(ch, ShowsCommandMenu):
+                ch.set_command_menu(self.commands.menu())
         await self.gateway.start()
         self._stack.push_async_callback(self.gateway.stop)
         reminders = self.extras.get("reminder_delivery")
@@ -291,14 +296,12 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
             ch.on_trouble = gateway.notify_owner
         if isinstance(ch, CancelsReplies) and ch.on_cancel is None:
             ch.on_cancel = gateway.cancel_turn
-        if isinstance(ch, ShowsCommandMenu):
-            ch.set_command_menu(commands.menu())
-    # After the menus: a command one channel answers itself (the terminal's /quit) is in /help,
-    # not on another platform's menu.
+    # A command one channel answers itself (the terminal's /quit) is in /help, not on another
+    # platform's menu.
     for ch in channels:
         if isinstance(ch, HasLocalCommands):
             for name, help_text in ch.local_commands():
-                commands.register(name, _answered_by(ch.name), help_text)
+                commands.register(name, _answered_by(ch.name), help_text, menu=False)
     app = App(settings=settings, store=store, engine=engine, access=access, pairing=pairing, linking=linking,
               sessions=sessions, gateway=gateway,
               commands=commands, llm=llm, memory_llm=memory_llm, clock=clock, extras=extras, gates=gates)
@@ -353,7 +356,7 @@ def _wire_api(app: App, embedder: Embedder) -> None:
     chats = AttachedTerminals(local=app.gateway.channels.get(AttachedTerminals.name))
     if chats.local is None:  # the terminal's own commands (/quit) are in /help for attached terminals too
         for name, help_text in chats.local_commands():
-            app.commands.register(name, _answered_by(chats.name), help_text)
+            app.commands.register(name, _answered_by(chats.name), help_text, menu=False)
     app.gateway.add_channel(chats)
     key_chats = AttachedTerminals(name=API_KEY_CHANNEL)   # terminals attached with a space key
     app.gateway.add_channel(key_chats)

@@ -78,6 +78,7 @@ class _Command:
     handler: Handler
     help: str
     admin: bool = False
+    menu: bool = True     # on a platform's command menu (a command one channel answers itself is not)
 
 
 # What memory ids look like (memory.store.rows.new_id): an id that is not the person's own is
@@ -130,8 +131,10 @@ class Commands:
         t["jobs"] = _Command(self._jobs, "/jobs: background jobs", admin=True)
         t["reindex"] = _Command(self._reindex, "/reindex: rebuild the keyword index", admin=True)
 
-    def register(self, name: str, handler: Handler, help_text: str, admin: bool = False) -> None:
-        self._table[name] = _Command(handler, help_text, admin)
+    def register(self, name: str, handler: Handler, help_text: str, admin: bool = False, *, menu: bool = True) -> None:
+        """Add a command (whenever: the menus are read when the channels start). `menu=False` keeps
+        it off the platforms' menus (the terminal's /quit, answered by the terminal alone)."""
+        self._table[name] = _Command(handler, help_text, admin, menu)
 
     def menu(self) -> list[MenuCommand]:
         """The commands everyone may use, for a platform's command menu (admin ones stay off it).
@@ -140,7 +143,7 @@ class Commands:
         """
         items = []
         for name, cmd in self._table.items():
-            if cmd.admin or not cmd.help:
+            if cmd.admin or not cmd.help or not cmd.menu:
                 continue
             usage, sep, description = cmd.help.partition(": ")
             items.append(MenuCommand(name, (description if sep else usage.lstrip("/")).strip()))

@@ -457,12 +457,24 @@ async def test_group_command_for_another_bot_is_not_answered(running):
         assert bot.answers_to(other) == []
 
 
+class _Terminal(RecordingChannel):
+    """A channel answering /quit itself, as the terminal does."""
+
+    def local_commands(self):
+        return [("quit", "/quit: leave the chat")]
+
+
 async def test_command_menu_lists_the_commands_everyone_may_use(running):
-    async with running() as bot:
+    async with running(_Terminal("console")) as bot:
+        assert "/quit" in await bot.ask(OWNER, "/help")     # in /help ...
         menu = {c["command"]: c["description"] for c in bot.tg.commands}
     assert {"help", "memory", "remember", "forget", "export", "new"} <= set(menu)
     assert menu["help"] == "this list"
     assert not {"approve", "deny", "users", "role", "block", "start"} & set(menu)  # admin-only and hidden ones
+    # Commands wired after the channels were added (tasks and skills, issue 34) are on it too;
+    # the terminal's own (/quit, answered by the terminal alone) are not.
+    assert {"tasks", "skills", "skill", "remind", "reminders"} <= set(menu)
+    assert "quit" not in menu                            # ... not on Telegram's menu
 
 
 async def test_photo_caption_tells_the_agent_a_picture_came_with_it(running):
