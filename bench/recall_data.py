@@ -26,6 +26,22 @@ _ZH_DATE = re.compile(r"(\d{4})\s*年\s*(\d{1,2})\s*月\s*(\d{1,2})\s*[日号](?
 _EN_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B, %Y", "%d %B %Y", "%B %d, %Y")
 
 
+_LINE = re.compile(r"^([^:：\n]{1,40})[:：]\s*(.*)$")
+ASSISTANT_NAMES = frozenset(("assistant", "助手", "bot"))
+
+
+def as_dialogue(question: str) -> tuple[list[tuple[str, str]], str]:
+    """A question written as a running dialogue ("Name: text" lines, MADial's) as the product sees
+    it: the history ((role, text), the lines named Assistant/助手 in the assistant's role) and the
+    person's last message; any other question is a message with no history."""
+    lines = [line for line in question.splitlines() if line.strip()]
+    said = [_LINE.match(line) for line in lines]
+    if len(lines) < 2 or not all(said):
+        return [], question
+    turns = [("assistant" if m.group(1).strip().lower() in ASSISTANT_NAMES else "user", m.group(2).strip()) for m in said]
+    return turns[:-1], turns[-1][1]
+
+
 def category_names(data: list[dict]) -> dict[int, str]:
     """The data's own category names (a sample's `category_names`), else LoCoMo's."""
     names: dict[int, str] = {}
@@ -95,9 +111,10 @@ def turn_text(turn: dict) -> str:
     return text
 
 
-def load_turns(conv: dict, space: str) -> tuple[list[CapturedTurn], datetime]:
+def load_turns(conv: dict, space: str, assistant: str | None = None) -> tuple[list[CapturedTurn], datetime]:
     """Every message of a conversation as one captured turn (said by its speaker, in the user
-    role: the bench's conversations are between people), and the time of the last one.
+    role: the bench's conversations are between people; the speaker named `assistant`, when
+    given, in the assistant's role), and the time of the last one.
 
     A turn's time is its own `time` when it can be read, else its session's date + 30 s per
     turn; + 1 us per turn of the conversation, so no two turns share a time (MADial dates several
@@ -113,7 +130,8 @@ def load_turns(conv: dict, space: str) -> tuple[list[CapturedTurn], datetime]:
             at += timedelta(microseconds=len(turns))
             last = max(last, at)
             turns.append(CapturedTurn(space_id=space, session_id=f"{space}:S{n}", turn_id=turn["dia_id"], created_at=at,
-                                      messages=(TurnMessage("user", turn_text(turn), speaker=turn["speaker"]),)))
+                                      messages=(TurnMessage("assistant" if turn["speaker"] == assistant else "user",
+                                                            turn_text(turn), speaker=turn["speaker"]),)))
     return turns, last
 
 

@@ -48,7 +48,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import astuple, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -57,12 +57,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.progress import progress, require_file  # noqa: E402
-from bench.recall_data import category_names, expected_passages, load_turns, normalise_evidence, raw_turns  # noqa: E402
+from bench.recall_data import as_dialogue, category_names, expected_passages, load_turns, normalise_evidence, raw_turns  # noqa: E402
 from bench.recall_floor import FloorIndex  # noqa: E402
 from memory.ingest.capture import CapturedTurn, enqueue  # noqa: E402
 from memory.ingest.worker import IngestWorker  # noqa: E402
 from memory.recall.block import BLOCK_KINDS, block_lines, render_block  # noqa: E402
-from memory.recall.search import MemoryHit, Recaller, RecallSettings  # noqa: E402
+from memory.recall.query import recall_query  # noqa: E402
+from memory.recall.search import MemoryHit, Recaller, RecallSettings, confident  # noqa: E402
 from memory.store.connection import Store  # noqa: E402
 from memory.store.keywords import rebuild_index  # noqa: E402
 from memory.text import content_hash, estimate_tokens  # noqa: E402
@@ -168,6 +169,28 @@ def block_of(hits: Sequence[MemoryHit], now: datetime, settings: RecallSettings)
     return [h for h, _ in lines], estimate_tokens(text) if text else 0
 
 
+def ask_as(question: str, whole: bool = False, last_message: bool = False) -> str:
+    """The recall query for a question: as the product builds it inside a conversation (a
+    dialogue question's history and last message through `recall_query`); `whole`, its whole
+    text; `last_message`, the product's rule before issue 32 (the last message, with the
+    person's message before it when shorter than 40 characters)."""
+    if whole:
+        return question
+    history, text = as_dialogue(question)
+    if last_message:
+        before = next((t for role, t in reversed(history) if role == "user"), "")
+        return f"{before}\n{text}" if len(text) < 40 and before else text
+    return recall_query(history, text)
+
+
+def hit_rows(hits: Sequence[MemoryHit], turns_of: dict[str, list[str]], shown: Sequence[MemoryHit] = ()) -> list[dict]:
+    """Hits as the dump writes them: their turns, score, signals and whether the block showed them
+    (bench/calibrate_recall.py reads them)."""
+    ids = {h.id for h in shown}
+    return [{"turns": [t for s in h.source_ids for t in turns_of.get(s, ())], "score": h.score, "kind": h.kind,
+             "shown": h.id in ids, "sig": list(astuple(h.signals)) if h.signals is not None else None} for h in hits]
+
+
 def questions_of(conv: dict, limit: int) -> list[dict]:
     qas = [q for q in conv["qa"] if normalise_evidence(q.get("evidence") or [])]
     return qas[:limit] if limit else qas
@@ -189,18 +212,24 @@ def folded_turns(store: Store, turns: Sequence[CapturedTurn]) -> dict[str, list[
 
 
 def run_set(path: Path, embedder, settings: RecallSettings, work: Path, *, limit: int = 0, only: str | None = None,
-            dump=None, foreign: bool = False, floor: bool = False) -> dict:
+            dump=None, foreign: bool = False, floor: bool = False, stores: Path | None = None, whole: bool = False,
+            assistant: str | None = None, last_message: bool = False) -> dict:
     """Ingest each conversation of one file into its own store and ask its questions (with
     `foreign`, also the next conversation's questions, which its store cannot answer; with
-    `floor`, rank with the plain floor instead of memgate)."""
+    `floor`, rank with the plain floor instead of memgate; with `stores`, keep each ingested
+    store there and use it again on the next run: for changes on the query side only). A
+    question written as a dialogue is asked as the product asks it inside a conversation
+    (`recall_query` of its history and last message); `whole` asks its whole text instead. The
+    speaker named `assistant` is captured in the assistant's role (CrossWOZ's 助手 is the bot)."""
     data = json.loads(require_file(path, "locomo10.json").read_text())
+    whole = whole or floor  # the floor asks the question's whole text, as floor.py does
     tally = Tally()
     n_turns = dropped = unreachable = 0
     for pos, conv in enumerate(progress(data, f"{path.stem} (conversations)")):
         if only and conv["sample_id"] != only:
             continue
         space = f"bench:{conv['sample_id']}"
-        turns, last = load_turns(conv, space)
+        turns, last = load_turns(conv, space, assistant)
         now = last + timedelta(days=1)
         qas = questions_of(conv, limit)
         others = questions_of(data[(pos + 1) % len(data)], limit) if foreign and len(data) > 1 else []
@@ -217,15 +246,28 @@ def run_set(path: Path, embedder, settings: RecallSettings, work: Path, *, limit
             turns_of = {t.turn_id: [t.turn_id] for t in turns}
             store = None
         else:
-            embedder.embed_passages(expected_passages(turns))
-            db = work / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', conv['sample_id'])}.duckdb"
-            store = Store(db, embedder.dim)
-            ingest(store, embedder, turns)
+            name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', conv['sample_id'])}.duckdb"
+            kept = stores / name if stores is not None else None
+            if stores is not None:
+                stores.mkdir(parents=True, exist_ok=True)
+            db = kept if kept is not None else work / name
+            if kept is None or not (stores / (name + ".done")).exists():
+                for p in db.parent.glob(name + "*"):
+                    p.unlink()
+                embedder.embed_passages(expected_passages(turns))
+                store = Store(db, embedder.dim)
+                ingest(store, embedder, turns)
+                if kept is not None:
+                    (stores / (name + ".done")).touch()
+            else:
+                store = Store(db, embedder.dim)
             turns_of = folded_turns(store, turns)
             recaller = Recaller(store, embedder, settings)
 
             def ask(question: str, _limit: int, block: bool):
                 hits = recaller.search(question, [space], limit=_limit, now=now, kinds=BLOCK_KINDS if block else None)
+                if block and not confident(hits, settings.min_confidence):
+                    hits = []  # auto-recall abstains (engine.recall_block)
                 return hits, recaller.last_timing.search_ms
         try:
             dropped += len(turns) - len(turns_of)
@@ -233,27 +275,33 @@ def run_set(path: Path, embedder, settings: RecallSettings, work: Path, *, limit
             for qa in qas:
                 gold = set(normalise_evidence(qa["evidence"]))
                 unreachable += len(gold - known)
-                hits, ms = ask(qa["question"], max(KS), False)
+                query = ask_as(qa["question"], whole, last_message)
+                hits, ms = ask(query, max(KS), False)
                 tally.latencies.append(ms)
                 # The block: the product's own search (its limit and kinds: another candidate pool).
-                shown, ms = ask(qa["question"], settings.inject_items, True)
+                candidates, ms = ask(query, settings.inject_items, True)
                 tally.block_latencies.append(ms)
-                shown, tokens = block_of(shown, now, settings)
+                shown, tokens = block_of(candidates, now, settings)
                 # A fact or summary counts the turns it was derived from; a chunk is its own turn(s).
                 ranked = [[t for s in h.source_ids for t in turns_of.get(s, ())] for h in hits]
                 seen = [[t for s in h.source_ids for t in turns_of.get(s, ())] for h in shown]
                 if dump is not None:
-                    dump.write(json.dumps({"set": path.stem, "q": qa["question"], "cat": qa["category"], "gold": sorted(gold),
-                                           "top": [t for ts in ranked for t in ts], "block": [t for ts in seen for t in ts],
-                                           "scores": [h.score for h in hits]}, ensure_ascii=False) + "\n")
+                    dump.write(json.dumps({"set": path.stem, "conv": conv["sample_id"], "q": qa["question"], "cat": qa["category"],
+                                           "gold": sorted(gold), "top": [t for ts in ranked for t in ts],
+                                           "block": [t for ts in seen for t in ts], "hits": hit_rows(hits, turns_of),
+                                           "block_hits": hit_rows(candidates, turns_of, shown)}, ensure_ascii=False) + "\n")
                 tally.question(qa["category"], gold, ranked, seen, tokens)
             for qa in others:
-                shown, _ = ask(qa["question"], settings.inject_items, True)
-                tally.foreign_tokens.append(block_of(shown, now, settings)[1])
+                candidates, _ = ask(ask_as(qa["question"], whole, last_message), settings.inject_items, True)
+                shown, tokens = block_of(candidates, now, settings)
+                tally.foreign_tokens.append(tokens)
+                if dump is not None:
+                    dump.write(json.dumps({"set": path.stem, "conv": conv["sample_id"], "q": qa["question"], "foreign": True,
+                                           "block_hits": hit_rows(candidates, turns_of, shown)}, ensure_ascii=False) + "\n")
         finally:
             if store is not None:
                 store.close()
-                for p in work.glob(db.name + "*"):
+                for p in work.glob(name + "*"):
                     p.unlink()
     return {"name": path.stem + (" (floor)" if floor else ""), "names": category_names(data), "tally": tally, "turns": n_turns,
             "dropped": dropped, "unreachable": unreachable, "conversations": len(data) if not only else 1}
@@ -325,6 +373,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--foreign", action="store_true",
                     help="noise: also ask each conversation's store the next conversation's questions")
     ap.add_argument("--floor", action="store_true", help="rank with the plain floor (shared/eval/floor.py's) instead")
+    ap.add_argument("--assistant", default=None, metavar="SPEAKER",
+                    help="capture this speaker's turns in the assistant's role (e.g. 助手); use its own --stores folder")
+    ap.add_argument("--last-message", action="store_true",
+                    help="ask a dialogue question by its last message (the product's rule before issue 32)")
+    ap.add_argument("--whole-question", action="store_true",
+                    help="ask a dialogue question (MADial) as its whole text, not as the product builds its query")
+    ap.add_argument("--stores", default=None,
+                    help="keep the ingested stores in this folder and reuse them (query-side changes only; "
+                         "delete it after a change to ingest or the index)")
     args = ap.parse_args(argv)
 
     paths = resolve(args.data or ["locomo"])
@@ -343,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for p in paths:
             print(report(run_set(p, embedder, settings, work, limit=args.limit, only=args.conversation, dump=dump,
-                                 foreign=args.foreign, floor=args.floor), settings),
+                                 foreign=args.foreign, floor=args.floor,
+                                 stores=Path(args.stores) / p.stem if args.stores else None, whole=args.whole_question,
+                                 assistant=args.assistant, last_message=args.last_message), settings),
                   flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

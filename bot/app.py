@@ -236,7 +236,7 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
     m = settings.memory
     recall = RecallSettings(inject_items=m.inject_items, inject_tokens=m.inject_tokens, search_default=m.search_default,
                             search_max=m.search_max, half_life_days=m.half_life_days, decay_floor=m.decay_floor,
-                            mmr_lambda=m.mmr_lambda, fusion=m.fusion)
+                            mmr_lambda=m.mmr_lambda, fusion=m.fusion, min_confidence=m.min_confidence)
     ingest = IngestSettings(dedup_threshold=m.dedup_threshold, fact_candidate_threshold=m.fact_candidate_threshold,
                             max_attempts=m.max_ingest_attempts, max_facts_per_turn=m.max_facts_per_turn,
                             workers=m.ingest_workers, batch_tokens=m.ingest_batch_tokens)

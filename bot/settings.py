@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memory.errors import StoreError
+from memory.recall.calibration import MIN_CONFIDENCE
 from memory.store.url import duckdb_url, parse_store_url
 
 
@@ -49,6 +50,7 @@ class MemoryConfig(_Section):
     search_max: int = Field(20, ge=1, le=100)
     half_life_days: float = Field(14.0, gt=0, le=36500)
     decay_floor: float = Field(0.95, ge=0, le=1)
+    min_confidence: float = Field(MIN_CONFIDENCE, ge=0, le=1)  # recall abstains below (memory/recall/calibration.py)
     mmr_lambda: float = Field(0.7, ge=0, le=1)
     fusion: Literal["convex", "rrf"] = "convex"
     dedup_threshold: float = Field(0.93, ge=0, le=1)

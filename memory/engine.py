@@ -29,7 +29,7 @@ from memory.store.rows import (
     RECORD_COLUMNS, MemoryRecord, NewMemory, bump_seq, ensure_space, get_records, insert_memories, to_record, utc_naive,
 )
 from memory.recall.block import BLOCK_KINDS, render_block
-from memory.recall.search import MemoryHit, Recaller, RecallSettings
+from memory.recall.search import MemoryHit, Recaller, RecallSettings, confident
 from memory.store.compact import BackgroundRewrite, attach as attach_rewrites
 from memory.store.connection import Conn, Store
 from memory.redaction import redact
@@ -80,6 +80,8 @@ class MemoryEngine:
         `shared_spaces` (the public space) are labelled as shared notes."""
         s = self.recaller.settings
         hits = await self.search(query, space_ids, limit=s.inject_items, kinds=BLOCK_KINDS)
+        if not confident(hits, s.min_confidence):
+            hits = []  # nothing in memory is about it: the agent is told so (prompts.NO_MEMORY_HINT)
         return render_block(hits, self.clock(), max_items=s.inject_items, max_tokens=s.inject_tokens,
                             fold=s.fold_overlap, shared_spaces=frozenset(shared_spaces)), hits
 

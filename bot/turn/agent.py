@@ -29,6 +29,7 @@ from memory.engine import MemoryEngine
 from memory.errors import LLMError, ModelNotRouted, ModelSilent, ModelTurnedDown, ModelUnreachable
 from memory.llm import LLM, charged_to
 from memory.recall.block import extend_block
+from memory.recall.query import recall_query
 from memory.text import estimate_tokens, frame_attribute, neutralize
 
 log = logging.getLogger(__name__)
@@ -134,11 +135,8 @@ class Agent:
 
     async def _run(self, req: TurnRequest) -> TurnResult:
         t0 = time.perf_counter()
-        query = req.text[:RECALL_QUERY_CHARS]  # a huge message is searched by its start, not every word
-        last_user = next((m["content"] for m in reversed(req.history) if m["role"] == "user"), "")
-        if len(query) < 40 and last_user:
-            # "and her?" means nothing alone: a short message is searched with the previous one.
-            query = f"{last_user}\n{query}"
+        # "and her?" means nothing alone: the query is built from the person's recent messages.
+        query = recall_query([(m["role"], str(m["content"])) for m in req.history], req.text, max_chars=RECALL_QUERY_CHARS)
         block, hits = await self.engine.recall_block(query, req.ctx.space_ids, shared_spaces=(req.ctx.public_space,))
         block, skill_spaces = await self._with_skills(block, query, req.ctx.space_ids)
         proposals: list[PendingWrite] = []

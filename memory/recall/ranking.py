@@ -147,7 +147,8 @@ def session_neighbours(hits: Sequence[str], rows: Sequence[tuple[str, str, datet
 
 
 def expand_to_neighbours(scores: Mapping[str, float], neighbours: Mapping[str, Sequence[tuple[str, int]]], top: int = 5,
-                         weight: float = 0.6, decay: float = 1.0, add: float = 0.0) -> dict[str, float]:
+                         weight: float = 0.6, decay: float = 1.0, add: float = 0.0,
+                         gains: Mapping[tuple[str, str], float] | None = None) -> dict[str, float]:
     """Second step from the first results: each of the `top` best memories lends
     lend(n) = weight * decay ** (distance - 1) * score(d) to the memories said `distance` turns
     before or after it in its session, and a neighbour keeps the best it is lent, plus `add` x
@@ -158,13 +159,24 @@ def expand_to_neighbours(scores: Mapping[str, float], neighbours: Mapping[str, S
 
     The answer to "what did I ask for when you recommended X?" sits in the turn before the one
     naming X; "what is its phone number?" is answered by the turn after the question naming it.
+
+    `gains[(d, n)]`: what the run of messages from d to n says of the query beyond either alone
+    (`run_gains`); the run is one unit, scored score(d) + gain: d lends weight x decay x that,
+    and d itself keeps the best of its runs (score(d) + max gain). Without gains, the step above.
     """
+    gains = gains or {}
     lent: dict[str, float] = {}
+    raised: dict[str, float] = {}
     for doc in sorted(scores, key=lambda d: -scores[d])[:top]:
         for n, dist in neighbours.get(doc, ()):
-            value = weight * decay ** max(dist - 1, 0) * scores[doc]
+            g = gains.get((doc, n), 0.0)
+            value = weight * decay ** max(dist - 1, 0) * (scores[doc] + g)
             lent[n] = max(lent.get(n, 0.0), value)
+            if g > 0:
+                raised[doc] = max(raised.get(doc, 0.0), g)
     out = dict(scores)
+    for doc, g in raised.items():
+        out[doc] = scores[doc] + g
     for n, value in lent.items():
         own = out.get(n, 0.0)
         out[n] = max(own, value) + add * min(own, value)
@@ -213,3 +225,42 @@ def session_evidence(scores: Mapping[str, float], session_of: Mapping[str, str |
             best[sess] = max(best.get(sess, sc), sc)
     return {d: (1 - weight) * sc + weight * best[sess] if (sess := session_of.get(d)) is not None else sc
             for d, sc in scores.items()}
+
+
+def bm25_of(counts: Mapping[str, int], length: int, idf: Mapping[str, float], avgdl: float, k1: float, b: float) -> float:
+    """BM25 of one bag of stems: sum_t idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avgdl))."""
+    return sum(w * counts[t] * (k1 + 1) / (counts[t] + k1 * (1 - b + b * length / avgdl)) for t, w in idf.items() if counts.get(t))
+
+
+def run_gains(neighbours: Mapping[str, Sequence[tuple[str, int]]], at: Mapping[str, datetime],
+              counts: Mapping[str, Mapping[str, int]], idf: Mapping[str, float], avgdl: float, k1: float, b: float,
+              scale: float) -> dict[tuple[str, str], float]:
+    """For each hit d and neighbour n: the run from d to n (d, n and the neighbours of d between
+    them, on n's side) as one unit, and what it says of the query beyond its best message m*:
+        gain(d, n) = scale * sum_{t not in m*} max_{m in run} bm25_t(m)
+    (bm25_t(m): query word t's part of m's BM25). A run that only repeats what one message says
+    gains 0; one that joins a name to the attribute said after it ("北京饭店" ... "地址是东城区...")
+    gains the attribute's words."""
+    def parts(c: Mapping[str, int]) -> dict[str, float]:
+        length = sum(c.values())
+        return {t: bm25_of({t: c[t]}, length, {t: w}, avgdl, k1, b) for t, w in idf.items() if c.get(t)}
+
+    out: dict[tuple[str, str], float] = {}
+    for d, ns in neighbours.items():
+        if d not in counts or d not in at:
+            continue
+        part = {m: parts(counts[m]) for m in [d, *(x for x, _ in ns)] if m in counts}
+        for n, dist in ns:
+            if n not in counts or n not in at:
+                continue
+            after = at[n] >= at[d]
+            members = [d] + [m for m, k in ns if k <= dist and m in part and m in at and (at[m] >= at[d]) == after]
+            best = max(members, key=lambda m: sum(part[m].values()))
+            extra: dict[str, float] = {}
+            for m in members:
+                for t, v in part[m].items():
+                    if t not in part[best]:
+                        extra[t] = max(extra.get(t, 0.0), v)
+            if extra:
+                out[(d, n)] = scale * sum(extra.values())
+    return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,12 +18,14 @@ from datetime import UTC, datetime
 import numpy as np
 
 from memory.recall import ranking
+from memory.recall import calibration
+from memory.recall.calibration import Signals
 from memory.recall.query import time_span, wants_many
 from memory.embed import Embedder
 from memory.store.keywords import keyword_search
 from memory.store.rows import utc_naive
 from memory.store.connection import Conn, Store
-from memory.text import STOPWORDS, query_terms
+from memory.text import STOPWORDS, has_cjk, query_terms
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,10 @@ class RecallSettings:
     min_candidates: int = 30
     fusion: str = "convex"          # convex | rrf (DESIGN's RRF; convex measured better, see ranking.py)
     keyword_weight: float = 0.5     # convex: share of the keyword score
+    # ... x min(1, keyword_terms / the query's terms): a long query (a dialogue's words) sums many
+    # weak matches of common words in BM25, while its vector keeps the gist. 0 = off: 16 moved
+    # MADial R@10 en 75.4 -> 75.0, zh 69.5 -> 70.8 (R@block +3.2 / -0.7), mixed, not kept.
+    keyword_terms: int = 0
     rrf_k: int = 60
     pinned_boost: float = 1.5
     speaker_boost: float = 0.15     # memories said by someone the query names
@@ -75,6 +82,13 @@ class RecallSettings:
     # LoCoMo 75.7 -> 77.0 (temporal +4.4, adversarial +2.1, multi-hop -1.4); 1 (the sum) cost
     # user-request 2.4 (bench/RESULTS-recall.md).
     expand_add: float = 0.3
+    # Runs of messages as units: a fact told over a few short messages ("北京饭店" ... "地址是东城区
+    # ...") is one unit. A best hit and a neighbour it lends to form a run (with the messages
+    # between); the BM25 its words score beyond its best single message's, x `run_gain` / the top
+    # keyword score, is added to what the hit lends (and to the hit itself). 1.0: R@10 / R@block
+    # CrossWOZ-zh 89.7 / 79.8 -> 90.4 / 80.9 (multi-evidence +4.2), LoCoMo conv-26 82.0 / 75.8 ->
+    # 83.5 / 76.1, MADial 0 (one note per session); 0.5 and 2.0 in bench/RESULTS-recall.md.
+    run_gain: float = 1.0
     # Session evidence: each chunk pulled towards the best score of its session,
     # (1 - w) * own + w * best; a list/count query by `many_session_weight` (its items are told
     # in different turns of one session too, and pulling them together blurs which match). A fact
@@ -84,6 +98,16 @@ class RecallSettings:
     # CrossWOZ multi-evidence 2.4 (bench/RESULTS-recall.md).
     session_weight: float = 0.3
     many_session_weight: float = 0.0
+    # Abstain: auto-recall injects nothing when its best hit's calibrated confidence
+    # (memory/recall/calibration.py, learned for the local e5 model; other embedders are not
+    # calibrated and never abstain) is below this ("猫" found "Hi! My name is Tom Becker." at the
+    # top of a store that never spoke of cats). `confident`; 0 = never abstain.
+    min_confidence: float = calibration.MIN_CONFIDENCE
+    # What the bot said is not what the person said: an assistant message's score x this. 1: 0.8
+    # cost CrossWOZ-zh (助手 captured as the assistant) R@10 90.4 -> 89.0, R@block 80.9 -> 76.0
+    # (its questions ask what the assistant said); no other dev set has assistant turns. A reply
+    # that failed, was cancelled or cut is not stored at all (bot/turn/agent.py).
+    assistant_weight: float = 1.0
     # Memories inside the span a query's time words point at ("last week", 上周, 去年): x (1 + boost).
     time_boost: float = 0.3
     # Ablation switches (the bench's `--set`): Chinese question words out of the keyword query,
@@ -109,6 +133,8 @@ class MemoryHit:
     speaker: str | None = None
     category: str | None = None
     source_ids: tuple[str, ...] = field(default=())
+    signals: Signals | None = None  # what recall knew of it (memory/recall/calibration.py)
+    confidence: float | None = None  # P(it is about the query), when calibrated for the embedder
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,11 +214,12 @@ class Recaller:
             log.warning("recall failed; answering without memory", exc_info=True)
             return []
 
-    def _fuse(self, vec: Sequence[tuple[str, float]], kw: Sequence[tuple[str, float]]) -> dict[str, float]:
+    def _fuse(self, vec: Sequence[tuple[str, float]], kw: Sequence[tuple[str, float]], terms: int = 0) -> dict[str, float]:
         s = self.settings
         if s.fusion == "rrf":
             return ranking.rrf([[d for d, _ in vec], [d for d, _ in kw]], k=s.rrf_k)
-        return ranking.convex_fusion(vec, kw, s.keyword_weight)
+        weight = s.keyword_weight * (min(1.0, s.keyword_terms / terms) if s.keyword_terms and terms else 1.0)
+        return ranking.convex_fusion(vec, kw, weight)
 
     # ------------------------------------------------------------------------------------------
     def _search(self, con: Conn, qvec, terms, query_text, spaces, n, limit, kinds, now, many=False) -> list[MemoryHit]:
@@ -207,8 +234,9 @@ class Recaller:
         cache = cache_for(self.store)
         proposal = cache.propose(con, qvec, spaces, n, kinds) if qvec is not None else None
         # The vector candidates' rows come in the keyword check's lookup (one round trip, not two).
+        stats: dict = {}
         kw, by_id = keyword_search(con, terms, spaces, n, kinds, _ROW_COLUMNS, postings_for(self.store),
-                                   also=proposal.seqs.values() if proposal else (), ids=cache.ids_of)
+                                   also=proposal.seqs.values() if proposal else (), ids=cache.ids_of, stats_out=stats)
         by_id = {d: r for d, r in by_id.items() if r[2] in spaces}
         wanted = list(dict.fromkeys(d for d in [*(d for d, _ in (proposal.ranked if proposal else ())), *(d for d, _ in kw)]
                                     if d not in by_id))
@@ -225,7 +253,7 @@ class Recaller:
             if extra:
                 by_id |= {r[0]: r for r in con.execute(
                     _ROW_SQL.format(ids=sql_strings(extra), spaces=sql_strings(spaces))).fetchall()}
-        fused = self._fuse(vec, kw)
+        fused = self._fuse(vec, kw, len(terms))
         if not fused:
             return []
         if s.speaker_boost:
@@ -237,6 +265,8 @@ class Recaller:
             if r is None:
                 continue
             score = base * (s.pinned_boost if r[6] else 1.0)
+            if r[7] == "assistant":
+                score *= s.assistant_weight
             score *= ranking.time_decay(ranking.age_days(r[5], now), s.half_life_days, s.decay_floor)
             if span is not None and r[5] in span:
                 score *= 1.0 + s.time_boost
@@ -250,8 +280,9 @@ class Recaller:
             near, rows = _neighbours(con, {d: by_id[d][10] for d in best if by_id[d][1] == "chunk"}, spaces, s.expand_window,
                                      cache.ids_of)
             by_id |= {r[0]: r for r in rows if r[0] not in by_id}
+            gains = _run_gains(con, near, {d: by_id[d][5] for d in by_id}, stats, kw, s.run_gain) if s.run_gain > 0 else {}
             scores = ranking.expand_to_neighbours(scores, near, top, s.expand_weight, s.expand_decay,
-                                                  s.many_expand_add if many else s.expand_add)
+                                                  s.many_expand_add if many else s.expand_add, gains)
         if many and s.many_mmr_lambda < 1:
             words = dict(con.execute(f"SELECT id, search_text FROM memories WHERE id IN ({sql_strings(list(scores))})").fetchall())
             order = ranking.content_mmr(scores, {d: frozenset(t.split()) for d, t in words.items()}, limit,
@@ -264,6 +295,10 @@ class Recaller:
         else:
             order = sorted(scores, key=lambda d: -scores[d])[:limit]
         kept = ranking.cut_and_normalise([(d, scores[d]) for d in order], s.cutoff)
+        signals = _signals(con, kept, qvec, vec, vectors, kw, stats, cache, query_text,
+                           {d: f"{by_id[d][8] or ''} {by_id[d][4]}" for d, _ in kept})
+        sure = {d: calibration.confidence(sig) for d, sig in signals.items()} \
+            if qvec is not None and calibration.calibrated(self.embedder.name) else {}
         # A chunk (or skill) stands for itself; a fact for the chunks it came from; a task
         # summary for its chunks in time order.
         sources: dict[str, tuple[str, ...]] = {d: (d,) for d, _ in kept if by_id[d][1] not in ("fact", "task")}
@@ -280,9 +315,88 @@ class Recaller:
         return [
             MemoryHit(id=d, kind=by_id[d][1], space_id=by_id[d][2], title=by_id[d][3], text=by_id[d][4],
                       score=round(sc, 4), created_at=by_id[d][5], pinned=by_id[d][6], role=by_id[d][7],
-                      speaker=by_id[d][8], category=by_id[d][9], source_ids=sources.get(d, ()))
+                      speaker=by_id[d][8], category=by_id[d][9], source_ids=sources.get(d, ()), signals=signals.get(d),
+                      confidence=sure.get(d))
             for d, sc in kept
         ]
+
+
+def confident(hits: Sequence[MemoryHit], min_confidence: float) -> bool:
+    """Whether auto-recall should inject these hits: some were found, and the best one's
+    calibrated confidence (None: not calibrated for the embedder) is at least `min_confidence`.
+    The calibration was learned on the best hit of each question (bench/calibrate_recall.py), so
+    the decision is the query's, never a cut through its hits (a neighbour that holds the answer
+    has a lower cosine than the hit that found it)."""
+    if not hits:
+        return False
+    top = hits[0].confidence
+    return min_confidence <= 0 or top is None or top >= min_confidence
+
+
+def _run_gains(con: Conn, near: dict[str, list[tuple[str, int]]], at: dict[str, datetime], stats: dict,
+               kw: Sequence[tuple[str, float]], gain: float) -> dict[tuple[str, str], float]:
+    """For each best hit and each neighbour it lends to: what the run of messages from the one to
+    the other says of the query beyond what either says alone (ranking.run_gains), read from the
+    members' index text with the keyword side's own statistics."""
+    from memory.store.keywords import B, K1, sql_strings
+    from memory.store.tokens import stems_of
+
+    idf, avgdl = stats.get("idf"), stats.get("avgdl")
+    top = max((b for _, b in kw), default=0.0)
+    if not idf or not avgdl or top <= 0 or not near:
+        return {}
+    ids = sorted({*near, *(d for ns in near.values() for d, _ in ns)})
+    rows = con.execute(f"SELECT id, search_text FROM memories WHERE id IN ({sql_strings(ids)})").fetchall()
+    counts = {d: Counter(toks) for (d, _), toks in zip(rows, stems_of([t or "" for _, t in rows]))}
+    return ranking.run_gains(near, at, counts, idf, avgdl, K1, B, gain / top)
+
+
+def _signals(con: Conn, kept: Sequence[tuple[str, float]], qvec, vec: Sequence[tuple[str, float]], vectors: dict,
+             kw: Sequence[tuple[str, float]], stats: dict, cache, query: str, texts: dict[str, str]) -> dict[str, Signals]:
+    """Each kept hit's absolute signals (memory/recall/calibration.py). Cosines of hits that came
+    by keywords or as neighbours are computed from their vectors (at most `limit` of them)."""
+    from memory.insight import entities
+    from memory.store.vectors import fetch_vectors
+
+    cos = dict(vec)
+    if qvec is not None:
+        need = [d for d, _ in kept if d not in cos]
+        have = {d: vectors[d] for d in need if d in vectors}
+        missing = [d for d in need if d not in have]
+        if missing:
+            have |= cache.vectors(missing)
+            have |= fetch_vectors(con, [d for d in missing if d not in have])
+        q = np.asarray(qvec, dtype=np.float32)
+        cos |= {d: float(np.dot(np.asarray(v, dtype=np.float32), q)) for d, v in have.items()}
+    bm25 = dict(kw)
+    idf, df = stats.get("idf", {}), stats.get("df", {})
+    mass = sum(idf.values()) or 1.0
+    # The share of the query's weight some memory holds at all: a question about a hotel this
+    # store never heard of names it, and no memory says it.
+    known = sum(w for t, w in idf.items() if df.get(t, 0) > 0) / mass
+    top = max((c for _, c in vec), default=0.0)
+    # How far the best cosine stands above the next candidates': e5 gives any text ~0.75-0.8 with
+    # anything (more for a short or foreign-script query), so the cosine alone says little; a
+    # memory about the query stands out from the rest of the store.
+    rest = sorted((c for _, c in vec), reverse=True)[1:30]
+    gap = top - sum(rest) / len(rest) if rest else 0.0
+    top_kw = max((b for _, b in kw), default=0.0) / mass
+    # The named things of the query (people, places, products) that the hits name: a question
+    # about someone memory never mentioned finds other people's messages, never that name.
+    # A capitalised sentence opener ("Tell me about...") is not counted: only names said inside a
+    # sentence, and Chinese proper nouns.
+    names = {e.label.casefold() for e in entities(query) if not _opens_sentence(query, query.find(e.label))}
+    said = " ".join(texts.values()).casefold()
+    named = sum(n in said for n in names) / len(names) if names else 1.0
+    return {d: Signals(cosine=cos.get(d, 0.0), keyword=bm25.get(d, 0.0) / mass, top_cosine=top, rank=i, relative=rel,
+                       terms=len(idf), coverage=known if idf else 0.0, top_keyword=top_kw, named=named,
+                       names=len(names), gap=gap)
+            for i, (d, rel) in enumerate(kept)}
+
+
+def _opens_sentence(text: str, at: int) -> bool:
+    before = text[:max(at, 0)].rstrip(" \t\"'“‘([")
+    return at >= 0 and not has_cjk(text[at:at + 1]) and (not before or before[-1] in ".!?\n。！？")
 
 
 def _neighbours(con: Conn, sessions: dict[str, str | None], spaces: Sequence[str], window: int,

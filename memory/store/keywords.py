@@ -192,7 +192,8 @@ def keyword_candidates(con: Conn, terms: Sequence[str], space_ids: Sequence[str]
 def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], limit: int,
                    kinds: Sequence[str] | None = None, columns: str = "id",
                    cache: PostingsCache | None = None, also: Iterable[int] = (),
-                   ids: Callable[[Sequence[int]], dict[int, str]] | None = None) -> tuple[list[tuple[str, float]], dict[str, tuple]]:
+                   ids: Callable[[Sequence[int]], dict[int, str]] | None = None,
+                   stats_out: dict | None = None) -> tuple[list[tuple[str, float]], dict[str, tuple]]:
     """`keyword_candidates`, plus the `columns` (starting with id) of the indexed rows it
     checked against the table: recall reads its candidates' rows anyway, and each row looked up
     costs ~35 us, so the check that proves a row live also hands it over. With a `cache`, the
@@ -200,7 +201,10 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
     rows the caller wants (recall's vector candidates), read in the same lookup and handed over
     when active; the caller fetches any that did not come (no index yet, no query term).
     `ids` names the ids of row versions the caller holds (recall's vector cache): those rows'
-    ids are not read from the table (see `_check`)."""
+    ids are not read from the table (see `_check`). `stats_out` receives the query's statistics:
+    "idf" and "df" per query stem (a stem no memory holds has df 0 and the largest idf) and
+    "avgdl": recall's calibration weighs a score by what the query could have matched, and its
+    second step scores runs of messages with the same BM25."""
     if not terms or not space_ids or limit <= 0:
         return [], {}
     stems = _stem(terms)
@@ -223,6 +227,8 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
                 df[t] += 1
     avgdl = max(total_len / max(1, n), 1e-9)
     idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in stems}
+    if stats_out is not None:
+        stats_out.update(idf=idf, df={t: df[t] for t in stems}, avgdl=avgdl)
 
     # (id, score, seq): ties go to the older row version (its seq), so the order of equal
     # scores depends on what was written when, never on random ids.

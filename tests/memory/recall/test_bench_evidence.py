@@ -73,3 +73,12 @@ def test_an_evidence_turn_folded_into_an_earlier_identical_row_is_found_with_it(
     finally:
         store.close()
     assert sorted(sorted(ts) for ts in folded.values()) == [["D1:1", "D2:1"], ["D1:2"]]
+
+
+def test_a_dialogue_question_is_asked_as_the_product_would_ask_it():
+    from bench.recall_data import as_dialogue
+
+    q = "Bart: I got a perfect score!\nAssistant: Wow, great!\nBart: How should I celebrate?"
+    assert as_dialogue(q) == ([("user", "I got a perfect score!"), ("assistant", "Wow, great!")], "How should I celebrate?")
+    assert as_dialogue("What did Caroline research?") == ([], "What did Caroline research?")
+    assert as_dialogue("Bart：嘿！\n助手：你好\nBart：我要表演魔术") == ([("user", "嘿！"), ("assistant", "你好")], "我要表演魔术")

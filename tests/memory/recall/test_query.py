@@ -240,3 +240,54 @@ def test_session_neighbours_are_the_nearest_of_the_same_session(rows, window, da
             if taken:
                 worst = max(abs((where[d][2] - at).total_seconds()) for d, _ in taken)
                 assert all(abs((c[2] - at).total_seconds()) >= worst for c in pool if c[0] not in dict(taken))
+
+
+def test_a_query_inside_a_conversation_is_built_from_the_persons_recent_messages():
+    """The person's newest message first, then the content words of their earlier ones (newest
+    first); the assistant's replies stay out; a message with no history is its own query."""
+    from memory.recall.query import recall_query
+
+    assert recall_query([], "Where did I park?") == "Where did I park?"
+    history = [("user", "I'm going to perform a magic trick at the party!"),
+               ("assistant", "That's fantastic! Ask Marco at the Blue Lantern for a costume."),
+               ("user", "I get a bit nervous too."),
+               ("assistant", "Try taking a deep breath before the show, like Ana did.")]
+    q = recall_query(history, "What should I wear?")
+    lines = q.splitlines()
+    assert lines[:3] == ["What should I wear?", "bit nervous", "i'm going perform magic trick party"]
+    assert len(lines) == 3 and "breath" not in q and "Marco" not in q
+    assert len(recall_query(history, "x" * 5000)) <= 1000
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["user", "assistant"]), st.text(max_size=300)), max_size=12), st.text(max_size=1500))
+def test_a_built_query_starts_with_the_message_and_stays_within_its_size(history, text):
+    from memory.recall.query import QUERY_CHARS, recall_query
+
+    q = recall_query(history, text)
+    assert len(q) <= QUERY_CHARS
+    assert q.startswith(text[:QUERY_CHARS])
+
+
+def test_a_follow_up_finds_what_the_exchange_is_about(store, embedder):
+    """"What should I wear for it tonight?" is about the magic show said two messages earlier:
+    searched alone it finds the notes about clothes; built from the exchange it finds the show."""
+    from memory.recall.query import recall_query
+
+    start = NOW - timedelta(days=40)
+    notes = ["Last New Year's party I did a card trick on stage and everyone cheered.",
+             "I should wear my grey coat when it rains.", "I wear glasses for reading.", "I bought a new blue jacket.",
+             "My favourite shoes are the white sneakers.", "I never wear a tie at work.", "My scarf is red wool.",
+             "I need a dress for my cousin's wedding.", "I lost my hat at the park."]
+    ids = [say(store, embedder, "u", f"s{i}", [("用户", t)], start + timedelta(days=i))[0] for i, t in enumerate(notes)]
+    rebuild_index(store)
+    history = [("user", "I'm going to perform a magic trick at the New Year's party!"),
+               ("assistant", "That's fantastic! You'll be great."),
+               ("user", "I get a bit nervous. Any suggestions to help me relax before the show?"),
+               ("assistant", "Take a deep breath and imagine the applause.")]
+    text = "By the way, what do you think I should wear for it tonight?"
+    recaller = Recaller(store, embedder, RecallSettings())
+    alone = [h.id for h in recaller.search(text, ["u"], limit=3, now=NOW)]
+    built = [h.id for h in recaller.search(recall_query(history, text), ["u"], limit=3, now=NOW)]
+    assert ids[0] not in alone
+    assert built[0] == ids[0]
