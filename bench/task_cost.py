@@ -238,7 +238,7 @@ def responder(body: dict, verdict: bool = True) -> str:
     system, user = body["messages"][0]["content"], body["messages"][1]["content"]
     if system.startswith(prompts.TURN_SYSTEM[:40]):
         turn = functools.partial(ingest_answer, verdict=verdict)
-        answer = brain.batch_answer(user, turn=turn) if system.endswith(prompts.TURN_BATCH_NOTE) else turn(user)
+        answer = brain.batch_answer(user, turn=turn) if prompts.TURN_BATCH_NOTE in system else turn(user)
     elif system.startswith(prompts.RECONCILE_SYSTEM[:40]):
         answer = brain.reconcile_answer(user)
     elif "split a chat into tasks" in system or "Look again" in system:

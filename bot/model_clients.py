@@ -39,8 +39,9 @@ def make_llm(settings: Settings, recorder: UsageRecorder | None, *, memory: bool
         gate = gates.gate(endpoint_of(model, c.api_base), GatePolicy(slots=slots, memory_share=c.memory_share))
 
     # A reply has a person waiting: streamed, so a silent server is told after first_token_timeout,
-    # and an outage is not retried. Memory work runs in the background with its retries.
+    # and an outage is not retried. Memory work runs in the background with its retries, except
+    # after a timeout: the same call takes as long again, so it asks for less (memory.ingest.turn_call).
     return LiteLLM(LLMSettings(model=model, api_base=c.api_base or None, api_key=settings.secret("llm_api_key"),
                                timeout=c.timeout, retries=c.retries, temperature=c.temperature,
                                max_tokens=c.max_tokens, first_token_timeout=None if memory else c.first_token_timeout,
-                               retry_outages=memory), sink=recorder.add if recorder else None, gate=gate)
+                               retry_outages=memory, retry_timeouts=not memory), sink=recorder.add if recorder else None, gate=gate)

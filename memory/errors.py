@@ -60,5 +60,11 @@ class ModelStopped(LLMError):
     of the model was closed): the work it was for stays queued for the next start."""
 
 
+class ModelTimedOut(LLMError):
+    """The call took longer than its `timeout`. On a local server with one slot the same call
+    takes as long again, so background work asks for less (memory.ingest.turn_call) rather than
+    the same again."""
+
+
 class EmbeddingError(MemgateError):
     """The embedding provider failed or returned vectors of the wrong shape."""

@@ -19,7 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from memory.errors import LLMError, ModelNotRouted, ModelSilent, ModelStopped, ModelTurnedDown, ModelUnreachable
+from memory.errors import LLMError, ModelNotRouted, ModelSilent, ModelStopped, ModelTimedOut, ModelTurnedDown, ModelUnreachable
 from memory.llm_gate import Lease, ModelGate
 from memory.llm_pace import Pace, prompt_tokens_of
 from memory.llm_stream import TextSink, streamed
@@ -117,9 +117,12 @@ class LLM(Protocol):
 
     async def complete(self, messages: Sequence[dict[str, Any]], *, purpose: str,
                        tools: Sequence[dict[str, Any]] | None = None, max_tokens: int | None = None,
-                       json_mode: bool = False, on_text: TextSink | None = None) -> Completion:
+                       json_mode: bool = False, on_text: TextSink | None = None,
+                       json_schema: dict[str, Any] | None = None) -> Completion:
         """One answer. `on_text`, where the call is streamed (`first_token_timeout`), gets the
-        answer's text so far as it is written (memory.llm_stream); a retry starts it over."""
+        answer's text so far as it is written (memory.llm_stream); a retry starts it over.
+        `json_schema` ({"name", "schema"}) asks for JSON decoded to that schema where the server
+        can (llama.cpp, vLLM, Ollama, OpenAI), else for any JSON object (`json_mode`)."""
         ...
 
 
@@ -139,6 +142,9 @@ class LLMSettings:
     # False for calls a person waits on: a refused address or a silent server is reported at once
     # (a retry a second later meets the same outage); background work keeps its retries.
     retry_outages: bool = True
+    # False for memory work: a call that ran out of time is not sent again as it was (a local
+    # server with one slot takes as long again); the caller asks for less (ModelTimedOut).
+    retry_timeouts: bool = True
 
 
 class LiteLLM:
@@ -152,6 +158,10 @@ class LiteLLM:
         self._route: str | None = None        # the name litellm is called with (memory/model_route.py)
         self._route_problem: str | None = None
         self.gate = gate  # the endpoint's priority gate (llm_gate.py); None: calls go straight out
+        # Response formats this server refused with a 400 ("json_schema", "json_object"): asked
+        # for no more, each call taking the next weaker one (LM Studio refuses json_object, older
+        # servers json_schema).
+        self.refused_formats: set[str] = set()
 
     def _lib(self):
         if self._litellm is None:
@@ -184,7 +194,7 @@ class LiteLLM:
                 log.warning("usage sink failed", exc_info=True)
 
     async def complete(self, messages, *, purpose, tools=None, max_tokens=None, json_mode=False,
-                       on_text=None) -> Completion:
+                       on_text=None, json_schema=None) -> Completion:
         s = self.settings
         lib = self._litellm if self._litellm is not None else await asyncio.to_thread(self._lib)
         if self._route_problem is not None:
@@ -207,10 +217,12 @@ class LiteLLM:
             kwargs["api_key"] = "sk-local"  # OpenAI-compatible local servers want some key
         if tools:
             kwargs["tools"] = list(tools)
-        if json_mode:
-            kwargs["response_format"] = {"type": "json_object"}
+        formats = self._formats(json_mode, json_schema)
+        if formats:
+            kwargs["response_format"] = formats.pop(0)
         last: Exception | None = None
-        for attempt in range(s.retries + 1):
+        attempt = 0
+        while True:
             try:
                 if self.gate is None:
                     resp = await self._attempt(lib, kwargs, None, on_text)
@@ -222,18 +234,24 @@ class LiteLLM:
                 last = exc
                 self._account(purpose, False, 0, 0)
                 status = getattr(exc, "status_code", None)
+                if status == 400 and self._weaker_format(kwargs, formats, exc):
+                    continue  # the same attempt, asking for a format the server takes
                 if status in (400, 401, 403, 404):
                     break  # a bad request or key will not heal with a retry
                 if not s.retry_outages and (isinstance(exc, ModelSilent) or refused(exc)):
                     break
-                if attempt < s.retries:
-                    # A server that says how long to wait (429/503 Retry-After) is believed, up to
-                    # one call's timeout; otherwise our jittered exponential backoff.
-                    asked = retry_after_seconds(exc)
-                    delay = min(asked, s.timeout) if asked is not None else s.backoff * (2**attempt) * (0.5 + random.random())
-                    log.warning("LLM call failed (%s), retry %d in %.1fs%s", type(exc).__name__, attempt + 1, delay,
-                                " (the server's Retry-After)" if asked is not None else "")
-                    await asyncio.sleep(delay)
+                if not s.retry_timeouts and timed_out(exc):
+                    break
+                if attempt >= s.retries:
+                    break
+                # A server that says how long to wait (429/503 Retry-After) is believed, up to
+                # one call's timeout; otherwise our jittered exponential backoff.
+                asked = retry_after_seconds(exc)
+                delay = min(asked, s.timeout) if asked is not None else s.backoff * (2**attempt) * (0.5 + random.random())
+                log.warning("LLM call (%s) failed (%s: %s), retry %d in %.1fs%s", purpose, type(exc).__name__,
+                            short_error(exc, 160), attempt + 1, delay, " (the server's Retry-After)" if asked is not None else "")
+                await asyncio.sleep(delay)
+                attempt += 1
                 continue
             choice = resp.choices[0]
             msg = choice.message
@@ -256,6 +274,9 @@ class LiteLLM:
         if last is not None and refused(last):
             raise ModelUnreachable(f"LLM call ({purpose}) failed: nothing answers at the model's address "
                                    f"({type(last).__name__}: {short_error(last)})") from last
+        if last is not None and timed_out(last):
+            raise ModelTimedOut(f"LLM call ({purpose}) timed out after {s.timeout:g} s "
+                                f"(max_tokens {kwargs['max_tokens']}): {short_error(last)}") from last
         raise LLMError(f"LLM call ({purpose}) failed: {type(last).__name__}: {short_error(last)}")
 
     async def _attempt(self, lib, kwargs: dict[str, Any], lease: Lease | None, on_text: TextSink | None):
@@ -277,6 +298,30 @@ class LiteLLM:
                      time.monotonic() - t0, lease.first_token_s if lease else None)
         return resp
 
+    def _formats(self, json_mode: bool, json_schema: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """The response formats to try, strongest first, without those this server refused."""
+        out: list[dict[str, Any]] = []
+        if json_schema is not None and "json_schema" not in self.refused_formats:
+            out.append({"type": "json_schema", "json_schema": json_schema})
+        if (json_mode or json_schema is not None) and "json_object" not in self.refused_formats:
+            out.append({"type": "json_object"})
+        return out
+
+    def _weaker_format(self, kwargs: dict[str, Any], formats: list[dict[str, Any]], exc: BaseException) -> bool:
+        """After a 400 that names the response format: remember the refusal and ask with the next
+        weaker format (or none). False when the 400 was about something else."""
+        current = kwargs.get("response_format")
+        text = str(exc).lower()
+        if current is None or not any(w in text for w in _FORMAT_WORDS):
+            return False
+        self.refused_formats.add(current["type"])
+        kwargs.pop("response_format")
+        if formats:
+            kwargs["response_format"] = formats.pop(0)
+        log.warning("the model server refused response_format %s (%s); asking with %s from now on", current["type"],
+                    short_error(exc, 160), kwargs.get("response_format", {}).get("type", "no format"))
+        return True
+
 
 def _timed(lease: Lease | None, on_text: TextSink | None) -> TextSink | None:
     """The text sink that also marks the lease's first token (its time is the endpoint's measure)."""
@@ -288,6 +333,16 @@ def _timed(lease: Lease | None, on_text: TextSink | None) -> TextSink | None:
         if on_text is not None:
             on_text(text)
     return sink
+
+
+# What a 400 says when it is about the response format rather than the request as a whole.
+_FORMAT_WORDS = ("response_format", "json_schema", "json_object", "grammar", "schema")
+
+
+def timed_out(exc: BaseException) -> bool:
+    """The call ran out of time (litellm's Timeout, openai's APITimeoutError, our wait_for, a 408)."""
+    return (isinstance(exc, TimeoutError) or getattr(exc, "status_code", None) == 408
+            or type(exc).__name__ in ("Timeout", "APITimeoutError"))
 
 
 def retry_after_seconds(exc: BaseException) -> float | None:

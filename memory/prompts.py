@@ -13,15 +13,28 @@ NO_MEMORY_HINT = (
     "conversations, call memory_search with shorter keywords before answering.\n</memory-context>"
 )
 
-# The ingest call (memory/ingest/worker.py): one per turn, or one per batch of a space's queued
-# turns. Sections the turn does not need (titles, duplicates, known facts, the task verdict)
-# are left out of TURN_USER, so a plain turn pays only for the system prompt and its messages.
-TURN_SYSTEM = """You turn one chat turn into long-term memory. Answer with JSON only:
-{"titles": {"1": "..."}, "dedup": [], "facts": [{"text": "...", "category": "about_you", "tags": ["..."], "intent": "statement", "from": [1]}], "task": {"verdict": "SAME", "confidence": 0.9}}
-- titles: per message under NEEDS TITLE, a 5-15 word retrieval title (10-50 characters for Chinese) in its language naming its concrete subject.
-- dedup: per message under POSSIBLE DUPLICATES, {"message": N, "verdict": "DUPLICATE"|"UPDATE"|"NEW", "target": chunk number, "merged": text if UPDATE}: DUPLICATE adds nothing; UPDATE = same subject, new details (merged keeps all); NEW = different.
-- facts: durable facts about the user from user messages only: atomic, self-contained (name people and things; resolve "it", "there", relative dates with the turn date), in the user's language; category about_you|preferences|people|experiences|plans|routines|constraints; 1-3 tags; intent "query" for a question or one-off request; from: message numbers. None about the assistant or small talk; [] is fine.
-- task: only if CURRENT TASK is shown. SAME if the user's message continues it (follow-up, correction, detail, result, thanks), NEW if it starts another goal."""
+# The ingest call (memory/ingest/turn_call.py): one per turn, or one per batch of a space's queued
+# turns. It asks only for the fields the turn needs (memory.ingest.turn_prompt.Ask): the system
+# prompt is TURN_SYSTEM, an example with those fields, and their TURN_RULES lines; TURN_USER shows
+# only their sections. A plain turn pays for its facts and nothing else, and a small model is never
+# told about a section it does not see (issue 30: told about NEEDS TITLE, SmolLM2 answered
+# {"titles": [1, 2, 3, 4]}).
+TURN_SYSTEM = "You turn one chat turn into long-term memory. Answer with JSON only, like:"
+
+TURN_EXAMPLES = {
+    "titles": '"titles": {{"{n}": "..."}}',
+    "dedup": '"dedup": [{{"message": {n}, "verdict": "NEW", "target": 1}}]',
+    "facts": '"facts": [{{"text": "...", "category": "about_you", "tags": ["..."], "intent": "statement"{extra}}}]',
+    "task": '"task": {{"verdict": "SAME", "confidence": 0.9}}',
+}
+
+TURN_RULES = {
+    "titles": "- titles: per message under NEEDS TITLE, a 5-15 word retrieval title (10-50 characters for Chinese) in its language naming its concrete subject.",
+    "dedup": '- dedup: per message under POSSIBLE DUPLICATES, {"message": N, "verdict": "DUPLICATE"|"UPDATE"|"NEW", "target": chunk number, "merged": text if UPDATE}: DUPLICATE adds nothing; UPDATE = same subject, new details (merged keeps all); NEW = different.',
+    "facts": '- facts: durable facts about the user from user messages only: atomic, self-contained (name people and things; resolve "it", "there", relative dates with the turn date), in the user\'s language; category about_you|preferences|people|experiences|plans|routines|constraints; 1-3 tags; intent "query" for a question or one-off request. None about the assistant or small talk; [] is fine.',
+    "from": "- from: the numbers of the user messages a fact comes from.",
+    "task": "- task: SAME if the user's message continues the CURRENT TASK (follow-up, correction, detail, result, thanks), NEW if it starts another goal.",
+}
 
 TURN_USER = """Turn date: {date}
 MESSAGES
@@ -35,8 +48,14 @@ TURN_KNOWN_FACTS = """KNOWN FACTS (id, age): a fact repeating, changing or cance
 TURN_TASK = """CURRENT TASK
 {gist}"""
 
+TURN_NEAR = """POSSIBLE DUPLICATES:
+{items}"""
+
 TURN_BATCH_NOTE = """
-Several turns follow, each under "TURN k". Answer {"turns": {"k": the object above for turn k}}. Message numbers, titles, dedup, facts and "task" of a turn concern that turn only; a turn's CURRENT TASK includes the turns before it that continued it. The facts you give for earlier turns are known to later ones: a fact repeating, changing or cancelling the i-th fact of turn k gets "earlier": [k, i] and "action" as for KNOWN FACTS."""
+Several turns follow, each under "TURN k". Answer {"turns": {"k": the object above for turn k, with the fields its sections ask for}}. Everything in a turn's object concerns that turn only. The facts you give for earlier turns are known to later ones: a fact repeating, changing or cancelling the i-th fact of turn k gets "earlier": [k, i] and "action": "NOOP" (repeats it), "UPDATE" (changes it; text = the fact as it now reads) or "DELETE" (no longer true)."""
+
+# Added to TURN_BATCH_NOTE only when a turn of the batch shows its CURRENT TASK.
+TURN_BATCH_TASK_NOTE = " A turn's CURRENT TASK includes the turns before it that continued it."
 
 TURN_BATCH_TURN = """TURN {k}
 {turn}"""

@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from bot.settings import Settings
-from memory.errors import LLMError, ModelNotRouted, ModelSilent, ModelTurnedDown, ModelUnreachable
+from memory.errors import ModelNotRouted, ModelSilent, ModelTimedOut, ModelTurnedDown, ModelUnreachable
+from memory.llm_json import UnusableAnswer
 
 # How long doctor waits for the reply model's first token: with the other checks (which run
 # meanwhile) doctor ends within ~15 s whatever the model does (a server that hangs took 206 s).
@@ -91,18 +92,15 @@ class ModelCheck(threading.Thread):
 
     async def _memory_call(self, llm, out: Outcome) -> None:
         """The ingest worker's call for one turn (memory/ingest/worker.py `_process_turn`)."""
-        from memory import prompts
         from memory.ingest.capture import TurnMessage
-        from memory.ingest.turn_prompt import Shown, TurnAnswer, TurnView, render_turn
-        from memory.llm_json import complete_json
+        from memory.ingest.turn_call import ask_turn
+        from memory.ingest.turn_prompt import TurnView
 
         llm.settings = replace(llm.settings, retries=0)
         now = datetime.now(UTC)
-        view = TurnView(created_at=now, messages=(Shown(1, TurnMessage("user", SAMPLE_USER), False),
-                                                  Shown(2, TurnMessage("assistant", SAMPLE_ASSISTANT), False)),
-                        needs_title=(), known=(), gist=None)
+        view = TurnView.plain((TurnMessage("user", SAMPLE_USER), TurnMessage("assistant", SAMPLE_ASSISTANT)), now)
         t0 = time.monotonic()
-        answer = await complete_json(llm, prompts.TURN_SYSTEM, render_turn(view, now), TurnAnswer, purpose="doctor")
+        answer = await ask_turn(llm, view, now, purpose="doctor")
         out.seconds = time.monotonic() - t0
         out.facts = tuple(f.text.strip() for f in answer.facts if f.text.strip())
 
@@ -145,11 +143,11 @@ def model_lines(settings: Settings, check: ModelCheck) -> list[tuple[bool, str, 
         lines.append((False, f"memory call: {model} answered a sample turn that states a fact with no fact "
                              f"({m.seconds:.1f} s): memory would keep turns but learn nothing from them",
                       _memory_fix(c.memory_model)))
-    elif isinstance(m.failure, (ModelSilent, ModelUnreachable)) or "Timeout" in type(m.failure).__name__:
+    elif isinstance(m.failure, (ModelSilent, ModelUnreachable, ModelTimedOut)) or "Timeout" in type(m.failure).__name__:
         lines.append((False, f"memory call: {model} at {where} gave no answer within {c.timeout:g} s ([llm] timeout)",
                       "a bigger timeout for a slow model ([llm] timeout), or " + _memory_fix(c.memory_model)))
-    elif isinstance(m.failure, LLMError) and "did not match its schema" in str(m.failure):
-        lines.append((False, f"memory call: {model}'s JSON for a sample turn is not usable ({_first_sentence(m.failure)}): "
+    elif isinstance(m.failure, UnusableAnswer):
+        lines.append((False, f"memory call: {model}'s JSON for a sample turn is not usable ({m.failure.reason[:200]}): "
                              "every turn would be kept raw", _memory_fix(c.memory_model)))
     else:
         lines.append(refusal("memory call:", model, key, settings, m.failure, check.listed))

@@ -25,7 +25,7 @@ from memory.ingest.capture import TurnMessage
 from memory.ingest.queue import QueuedTurn, claim_done, previous_message
 from memory.ingest.raw import TITLE_CHARS, RawMessage, embed_text, index_text, raw_rows
 from memory.ingest.settings import IngestSettings, IngestStats
-from memory.ingest.turn_prompt import MAX_KNOWN, BatchMates, Shown, TurnAnswer, TurnView, folded_decisions
+from memory.ingest.turn_prompt import MAX_KNOWN, Ask, BatchMates, Shown, TurnAnswer, TurnView, folded_decisions
 from memory.llm import LLM, charged_to
 from memory.llm_json import complete_json
 from memory.store.connection import Conn, Store
@@ -289,11 +289,15 @@ class TurnIngest:
         handled = 0
         for space_id, _turn_id, ids, texts, created_at in rows:
             try:
+                # Bounded like the ingest call's facts (a schema where the server decodes to one):
+                # these turns went raw because the model answered badly.
+                ask, cap = Ask(users=len(texts)), self.settings.max_facts_per_turn
                 with charged_to(space_id):
                     answer = await complete_json(self.llm,
                         prompts.FACTS_ONLY_SYSTEM.format(date=f"{created_at:%Y-%m-%d}"),
                         "\n".join(f"{i}. {redact(t)}" for i, t in enumerate(texts, start=1)),
-                        F.FactsAnswer, purpose="ingest")
+                        F.FactsAnswer, purpose="ingest", max_tokens=ask.max_tokens(cap),
+                        json_schema={"name": "memory_facts", "schema": ask.schema(cap)})
                 new_facts = F.keep_statements(answer.facts, self.settings.max_facts_per_turn)
                 plan, decisions = await self._plan_facts(
                     space_id, new_facts,

@@ -12,10 +12,14 @@ parallel), how a backlog shares calls, retries and the raw fallback. What one tu
 turns.py; the queue's SQL is queue.py.
 
 Nothing is lost: a turn leaves the queue only in the transaction that writes its rows (and its
-boundary verdict). When the LLM fails, the turn is retried with backoff; past the retry limit it
-is stored raw (title = trimmed text), still findable, and marked for fact extraction later. A
+boundary verdict). A model that answers badly is asked for less (turn_call.py: one turn instead
+of a batch, the facts alone) and, if even that is unusable, the turn is stored raw at once (title
+= trimmed text), still findable, and marked for fact extraction later. A model that cannot be
+reached is an outage: the turn is retried with backoff and stored raw past the retry limit. A
 batch never changes that: a failed or malformed batched answer sends the turns it concerns
-through the single-turn path, with their own retries.
+through the single-turn path, with their own retries; after a batch that gave nothing, the next
+batches are smaller (halved, back up after one that worked), so a small model's backlog does not
+fail one big call after another.
 """
 
 from __future__ import annotations
@@ -25,16 +29,16 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
-from memory import prompts
 from memory.embed import Embedder
 from memory.errors import LLMError, ModelStopped
 from memory.ingest.capture import decode_payload
 from memory.ingest.queue import AlreadyIngested, QueuedTurn, batches, next_space_turns
 from memory.ingest.settings import IngestSettings, IngestStats
-from memory.ingest.turn_prompt import BatchAnswer, BatchMates, TurnAnswer, render_batch, render_turn, split_batch
+from memory.ingest.turn_call import ask_batch, ask_turn
+from memory.ingest.turn_prompt import BatchMates, TurnAnswer
 from memory.ingest.turns import Embedded, TurnIngest, TurnJob, vector_inputs
 from memory.llm import LLM, charged_to
-from memory.llm_json import complete_json
+from memory.llm_json import UnusableAnswer
 from memory.store.connection import Store
 from memory.store.locks import LockSpace, lock_key
 from memory.store.rows import utc_naive
@@ -64,6 +68,9 @@ class IngestWorker:
         self._changed = asyncio.Event()   # replaced at each change: a waiter keeps the one it saw
         self.stats = IngestStats()
         self.turns = TurnIngest(store, embedder, llm, self.settings, self.stats, self._clock)
+        # The tokens a batch may hold now: halved after a batch that gave nothing, doubled back
+        # (up to the setting) after one that worked.
+        self.batch_tokens = self.settings.batch_tokens
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -172,7 +179,7 @@ class IngestWorker:
                         if self.llm is None:  # raw memory: the whole claim at once (it took only its first turn)
                             await self._process_raw(rows)
                         else:
-                            for batch in batches(rows, self.settings.batch_tokens):
+                            for batch in batches(rows, self.batch_tokens):
                                 if self._halted:
                                     break
                                 if len(batch) == 1:
@@ -223,6 +230,15 @@ class IngestWorker:
         except ModelStopped:
             self._halt(turn)
             return
+        except UnusableAnswer as exc:  # asked for less already: another try a minute later gets the same
+            log.warning("turn %s: %s; storing it raw for later fact extraction", turn.turn_id, exc)
+            try:
+                await asyncio.to_thread(self.turns.store_raw, turn, True)
+            except AlreadyIngested:
+                log.info("turn %s was ingested by another process meanwhile; not written twice", turn.turn_id)
+                return
+            self.stats.raw_fallbacks += 1
+            return
         except LLMError as exc:
             await self._failed(turn, str(exc))
             return
@@ -246,11 +262,14 @@ class IngestWorker:
             return
         gist = await self.turns.gist(turn.space_id)
         job = await self.turns.prepare(turn, gist)
+        await self._ask_and_finish(job)
+
+    async def _ask_and_finish(self, job: TurnJob, mates: BatchMates | None = None, k: int = 0, embed=None) -> None:
+        """One turn's own ingest call (narrowed if need be, turn_call.ask_turn), then its rows."""
         answer = TurnAnswer()
         if job.needs_call:
-            answer = await complete_json(self.llm, prompts.TURN_SYSTEM, render_turn(job.view, self._clock()),
-                                                  TurnAnswer, purpose="ingest")
-        await self.turns.finish(job, answer)
+            answer = await ask_turn(self.llm, job.view, self._clock(), max_facts=self.settings.max_facts_per_turn)
+        await self.turns.finish(job, answer, mates, k, embed)
 
     async def _process_batch(self, rows: Sequence[tuple]) -> None:
         """Several queued turns of one space in one LLM call, each answer applied to its turn.
@@ -275,22 +294,24 @@ class IngestWorker:
                     jobs.append(job)
                 asked = [j for j in jobs if j.needs_call]
                 parts: list[TurnAnswer | None] = []
-                if len(asked) == 1:
-                    parts = [await complete_json(self.llm, prompts.TURN_SYSTEM, render_turn(asked[0].view, self._clock()),
-                                                          TurnAnswer, purpose="ingest")]
-                elif asked:
-                    system, user = render_batch([j.view for j in asked], self._clock())
-                    parts = split_batch(await complete_json(self.llm, system, user, BatchAnswer, purpose="ingest"),
-                                        len(asked))
+                if len(asked) > 1:
+                    parts = await ask_batch(self.llm, [j.view for j in asked], self._clock(),
+                                            max_facts=self.settings.max_facts_per_turn)
         except ModelStopped:
             self._halt(turns[0])
             return
         except Exception as exc:  # the batch call failed as a whole: every turn on its own
-            log.warning("batched ingest of %d turns failed (%s); ingesting them one by one", len(turns),
-                        type(exc).__name__)
+            log.warning("batched ingest of %d turns failed (%s: %s); ingesting them one by one", len(turns),
+                        type(exc).__name__, str(exc)[:300])
+            self.batch_tokens = max(1, self.batch_tokens // 2)
             for turn in turns:
                 await self._settle(turn, lambda turn=turn: self._process_turn(turn))
             return
+        if len(asked) > 1 and all(p is None for p in parts):
+            log.warning("batched ingest of %d turns gave no usable part; ingesting them one by one", len(turns))
+            self.batch_tokens = max(1, self.batch_tokens // 2)
+        elif len(asked) > 1:
+            self.batch_tokens = min(self.settings.batch_tokens, self.batch_tokens * 2)
         answers = dict(zip((id(j) for j in asked), parts))
         number = {id(j): k for k, j in enumerate(asked, start=1)}  # "TURN k" in the prompt
         mates = BatchMates()
@@ -300,7 +321,10 @@ class IngestWorker:
             log.warning("embedding the batch's facts failed", exc_info=True)
         for job in jobs:
             answer = answers.get(id(job), TurnAnswer()) if job.needs_call else TurnAnswer()
-            if answer is None:
+            if len(asked) == 1 and job is asked[0]:  # the one turn that needs the model: its own call
+                await self._settle(job.turn, lambda job=job: self._ask_and_finish(
+                    job, mates, number.get(id(job), 0), embed))
+            elif answer is None:
                 await self._settle(job.turn, lambda job=job: self._process_turn(job.turn))
             else:
                 await self._settle(job.turn, lambda job=job, answer=answer: self.turns.finish(

@@ -293,7 +293,7 @@ class TaskProcessor:
             ans = await complete_json(self.llm, system, user, BoundaryAnswer, purpose="task_boundary",
                                                max_tokens=self.settings.boundary_max_tokens)
         except Exception as exc:  # any failure means SAME: a wrong merge is cheaper than a lost task
-            log.warning("task boundary judge failed (%s); keeping the current task", type(exc).__name__)
+            log.warning("task boundary judge failed (%s: %s); keeping the current task", type(exc).__name__, str(exc)[:300])
             return None
         return Verdict(ans.verdict == "NEW", max(0.0, min(1.0, ans.confidence)))
 
@@ -330,7 +330,7 @@ class TaskProcessor:
             title, text = await self._summarise(chunks)
             vector = await asyncio.to_thread(self.embedder.embed_passages, [f"{title}\n{text}"])
         except Exception as exc:  # kept pending; close_idle retries it
-            log.warning("task %s summary failed (%s); will retry", task_id, type(exc).__name__)
+            log.warning("task %s summary failed (%s: %s); will retry", task_id, type(exc).__name__, str(exc)[:300])
             return False
         row_mem = NewMemory(space_id=space_id, kind="task", text=text, title=title, created_at=last_at,
                             id=task_id, session_id=session_id)

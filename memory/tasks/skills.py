@@ -169,7 +169,7 @@ class SkillEvolver(SkillLibrary):
                 return self._log(SkillOutcome(task_id, "not_reusable", reason=decision.reason))
             return self._log(await self._create(task_id, space_id, title or "", task_text, language))
         except Exception as exc:  # retried on the next run; the reply path never waits on this
-            log.warning("skill evolution of task %s failed (%s); will retry", task_id, type(exc).__name__)
+            log.warning("skill evolution of task %s failed (%s: %s); will retry", task_id, type(exc).__name__, str(exc)[:300])
             return SkillOutcome(task_id, "failed", reason=type(exc).__name__)
 
     @staticmethod

@@ -87,7 +87,7 @@ def respond(request: dict) -> str:
     system = request["messages"][0]["content"] if request["messages"][0]["role"] == "system" else ""
     user = next((m["content"] for m in request["messages"] if m["role"] == "user"), "")
     if system.startswith(prompts.TURN_SYSTEM[:40]):
-        answer = batch_answer(user) if system.endswith(prompts.TURN_BATCH_NOTE) else turn_answer(user)
+        answer = batch_answer(user) if prompts.TURN_BATCH_NOTE in system else turn_answer(user)
         return json.dumps(answer, ensure_ascii=False)
     if system.startswith(prompts.RECONCILE_SYSTEM[:40]):
         return json.dumps(reconcile_answer(user), ensure_ascii=False)

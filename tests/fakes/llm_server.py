@@ -25,7 +25,7 @@ from typing import Any, Union
 
 from aiohttp import web
 
-__all__ = ["After", "Delay", "FakeError", "FakeLLM", "Script", "Streamed", "ToolCall", "fake_audio"]
+__all__ = ["After", "CutShort", "Delay", "FakeError", "FakeLLM", "Script", "Streamed", "ToolCall", "fake_audio"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,9 +82,11 @@ class Streamed:
 
 @dataclass(frozen=True)
 class CutShort:
-    """Script item: an answer the model stopped at its token limit (finish_reason "length")."""
+    """Script item: an answer the model stopped at its token limit (finish_reason "length"); with
+    `at`, only its first `at` characters (a JSON answer cut in its middle)."""
 
     text: str
+    at: int | None = None
 
 
 Script = Union[str, list[ToolCall], FakeError, Delay, After, Streamed, CutShort, Callable[[dict], "Script"]]
@@ -236,7 +238,7 @@ class FakeLLM:
             elif isinstance(item, Streamed):
                 return _Answer(content="".join(item.pieces), slowly=item)
             elif isinstance(item, CutShort):
-                return _Answer(content=item.text, finish="length")
+                return _Answer(content=item.text[: item.at] if item.at is not None else item.text, finish="length")
             elif isinstance(item, ToolCall):
                 item = [item]
             elif isinstance(item, list) and item and all(isinstance(c, ToolCall) for c in item):

@@ -57,7 +57,7 @@ def parts(user: str) -> list[str]:
 
 
 def is_batch(req: dict) -> bool:
-    return req["messages"][0]["content"].endswith(prompts.TURN_BATCH_NOTE)
+    return prompts.TURN_BATCH_NOTE in req["messages"][0]["content"]
 
 
 def is_turn(req: dict) -> bool:

@@ -46,7 +46,7 @@ class Ledger:
         assert {s for s, _ in labels} == {space}, labels  # a batch never mixes spaces
         self.events.append(("start", space, ns))
         empty = {"titles": {}, "dedup": [], "facts": []}
-        batched = content.endswith(prompts.TURN_BATCH_NOTE)
+        batched = prompts.TURN_BATCH_NOTE in content
 
         def done(_req: dict) -> str:
             self.events.append(("done", space, ns))

@@ -104,7 +104,7 @@ async def test_the_folded_verdict_in_batched_calls_gives_the_same_tasks(tmp_path
     fake_llm.responder = folded_responder
     got, llm = await folded_tasks(tmp_path, embedder, clock, fake_llm.base_url, batched=True)
     assert got == expected
-    assert any(r["messages"][0]["content"].endswith(prompts.TURN_BATCH_NOTE) for r in fake_llm.requests)
+    assert any(prompts.TURN_BATCH_NOTE in r["messages"][0]["content"] for r in fake_llm.requests)
     assert "task_boundary" not in llm.usage.calls
 
 
