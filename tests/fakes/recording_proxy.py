@@ -1,0 +1,113 @@
+"""A recording reverse proxy on 127.0.0.1 between memgate and a model server: every request is
+forwarded as it is (a streamed answer piece by piece, as it comes), and kept with its timings and
+what came back, so a test sees the prompts memgate sent (the memory block of a reply) and when
+each call started and ended, whatever the model answered. A test waits on `calls` while it
+reads what it drives (a terminal nobody reads stops the process writing to it)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+
+_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host"})
+
+
+@dataclass
+class Call:
+    """One request through the proxy."""
+
+    path: str
+    body: dict
+    started: float                      # time.monotonic()
+    first_byte: float | None = None
+    ended: float | None = None
+    status: int | None = None
+    answer: str = ""                    # the response body as text (a stream: its raw SSE lines)
+
+    @property
+    def streamed(self) -> bool:
+        return bool(self.body.get("stream"))
+
+    @property
+    def messages(self) -> list[dict]:
+        return list(self.body.get("messages") or [])
+
+    def content(self) -> str:
+        """The model's text: the message of a whole answer, the pieces of a streamed one."""
+        if not self.streamed:
+            try:
+                return json.loads(self.answer)["choices"][0]["message"].get("content") or ""
+            except (ValueError, KeyError, IndexError, TypeError):
+                return ""
+        pieces = []
+        for line in self.answer.splitlines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                try:
+                    for choice in json.loads(line[6:]).get("choices") or ():
+                        pieces.append((choice.get("delta") or {}).get("content") or "")
+                except ValueError:
+                    continue
+        return "".join(pieces)
+
+
+@dataclass
+class RecordingProxy:
+    upstream: str                       # the server's root, e.g. http://127.0.0.1:PORT
+    calls: list[Call] = field(default_factory=list)
+    _runner: web.AppRunner | None = None
+    _http: aiohttp.ClientSession | None = None
+    port: int = 0
+
+    async def __aenter__(self) -> RecordingProxy:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._http is not None:
+            await self._http.close()
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible root to give memgate (MEMGATE_LLM_API_BASE)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        assert self._http is not None
+        raw = await request.read()
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = {}
+        call = Call(request.path, body if isinstance(body, dict) else {}, time.monotonic())
+        self.calls.append(call)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        try:
+            async with self._http.request(request.method, self.upstream + request.path_qs, data=raw,
+                                          headers=headers) as up:
+                resp = web.StreamResponse(status=up.status,
+                                          headers={k: v for k, v in up.headers.items() if k.lower() not in _HOP})
+                await resp.prepare(request)
+                got = bytearray()
+                async for piece in up.content.iter_any():
+                    if call.first_byte is None:
+                        call.first_byte = time.monotonic()
+                    got += piece
+                    await resp.write(piece)
+                await resp.write_eof()
+                call.status, call.answer = up.status, got.decode("utf-8", "replace")
+                return resp
+        finally:
+            call.ended = time.monotonic()
