@@ -121,7 +121,9 @@ def down_hint(api_base: str, model: str) -> str:
     if is_local(api_base, model):
         port = urlsplit(api_base).port if api_base else OLLAMA.port
         known = next((s for s in KNOWN_SERVERS if s.port == port), None)
-        if known is not None and known is not OLLAMA:
+        if name.lower().endswith(".gguf"):  # a GGUF's path is llama.cpp's id for its model, whatever the port
+            how = f"start llama.cpp with `llama-server -m {name} --port {port}`"
+        elif known is not None and known is not OLLAMA:
             how = f"start {known.name} with `{known.start.format(model=name)}`"
         else:
             how = f"for Ollama start it with `{OLLAMA.start}` and get the model with `{OLLAMA.pull.format(model=name)}`"

@@ -94,6 +94,14 @@ def test_a_name_with_a_provider_and_no_address_goes_to_litellm_as_written():
         "anthropic/claude-3-5-haiku-latest"
 
 
+def test_what_to_run_for_a_gguf_path_is_llama_cpp_not_ollama_pull():
+    from bot.model_servers import down_hint
+
+    # Found: "for Ollama start it with `ollama serve` and get the model with `ollama pull /root/.../x.gguf`".
+    hint = down_hint("http://127.0.0.1:38169/v1", GGUF_ID)
+    assert f"llama-server -m {GGUF_ID} --port 38169" in hint and "ollama" not in hint
+
+
 async def test_memgate_chat_answers_with_a_hugging_face_id_at_the_address(tmp_path):
     # Found: `memgate chat` started ("ready"), then every reply blamed the server, which never saw a request.
     async with FakeLLM(brain.respond, models=(HF_ID,)) as server:
