@@ -6,13 +6,16 @@ reads what it drives (a terminal nobody reads stops the process writing to it)."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
 
+HOLD_CHARS = 12
 _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host"})
 
 
@@ -27,6 +30,8 @@ class Call:
     ended: float | None = None
     status: int | None = None
     answer: str = ""                    # the response body as text (a stream: its raw SSE lines)
+    held: bool = False                  # its stream is held after its first words (see RecordingProxy.hold)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def streamed(self) -> bool:
@@ -43,21 +48,29 @@ class Call:
                 return json.loads(self.answer)["choices"][0]["message"].get("content") or ""
             except (ValueError, KeyError, IndexError, TypeError):
                 return ""
-        pieces = []
-        for line in self.answer.splitlines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                try:
-                    for choice in json.loads(line[6:]).get("choices") or ():
-                        pieces.append((choice.get("delta") or {}).get("content") or "")
-                except ValueError:
-                    continue
-        return "".join(pieces)
+        return stream_text(self.answer)
+
+
+def stream_text(raw: str) -> str:
+    """The text of an OpenAI-style SSE stream (its `delta.content` pieces, joined)."""
+    pieces = []
+    for line in raw.splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            try:
+                for choice in json.loads(line[6:]).get("choices") or ():
+                    pieces.append((choice.get("delta") or {}).get("content") or "")
+            except (ValueError, AttributeError):
+                continue
+    return "".join(pieces)
 
 
 @dataclass
 class RecordingProxy:
     upstream: str                       # the server's root, e.g. http://127.0.0.1:PORT
     calls: list[Call] = field(default_factory=list)
+    # A streamed call this says yes to is held once its text reaches HOLD_CHARS, until the test sets
+    # its `release`: what memgate shows meanwhile is what it showed while the model was writing.
+    hold: Callable[[Call], bool] | None = None
     _runner: web.AppRunner | None = None
     _http: aiohttp.ClientSession | None = None
     port: int = 0
@@ -101,11 +114,15 @@ class RecordingProxy:
                                           headers={k: v for k, v in up.headers.items() if k.lower() not in _HOP})
                 await resp.prepare(request)
                 got = bytearray()
+                holding = call.streamed and self.hold is not None and self.hold(call)
                 async for piece in up.content.iter_any():
                     if call.first_byte is None:
                         call.first_byte = time.monotonic()
                     got += piece
                     await resp.write(piece)
+                    if holding and len(stream_text(got.decode("utf-8", "replace"))) >= HOLD_CHARS:
+                        holding, call.held, call.answer = False, True, got.decode("utf-8", "replace")
+                        await call.release.wait()
                 await resp.write_eof()
                 call.status, call.answer = up.status, got.decode("utf-8", "replace")
                 return resp

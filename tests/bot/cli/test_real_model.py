@@ -5,7 +5,8 @@ ships); memgate is started as `memgate chat` on a pseudo-terminal with its defau
 the server lists (the GGUF's path) as the model, and a recording proxy between the two shows
 what memgate asked and when. Day one: two turns, then memory is written (facts or raw). Day
 two, a new start and a new conversation: the question's prompt carries day one in its memory
-block (a 135M model's own answer is not reliable: the prompt is what memgate controls).
+block (a 135M model's own answer is not reliable: the prompt is what memgate controls). The
+first reply is on the screen while the model writes it.
 
 The test writes a transcript (timings per reply, the memory rows after day one, the day-two
 prompt's memory block) to a file outside the run's temp folder; pytest's summary names it.
@@ -70,23 +71,41 @@ async def seen(tty: Tty, proxy: RecordingProxy, predicate, what: str, timeout: f
     await tty.wait_screen(lambda _: predicate(proxy.calls), what, timeout)
 
 
-async def say(tty: Tty, proxy: RecordingProxy, text: str, notes: Notes, t_start: float) -> Call:
-    """Type `text`, wait for its reply on the screen and the prompt under it; note the timings."""
-    sent, before = time.monotonic(), len(tty.transcript())
+def reply_to(calls: list[Call], text: str) -> Call | None:
+    return next((c for c in calls if is_reply(c) and c.messages[-1].get("content") == text), None)
+
+
+async def say(tty: Tty, proxy: RecordingProxy, text: str, notes: Notes, t_start: float) -> tuple[Call, bool]:
+    """Type `text`, wait for its reply on the screen and the prompt under it; note the timings.
+    Also whether the reply was on the screen while it was written: the proxy holds the stream
+    after its first words (RecordingProxy.hold) until the terminal shows them."""
+    proxy.hold = lambda c: reply_to([c], text) is c and reply_to(proxy.calls, text) is c   # its first call only
+    sent = time.monotonic()
     tty.send(text + "\r")
-    await seen(tty, proxy, lambda calls: any(is_reply(c) and c.messages[-1].get("content") == text and c.ended
-                                             for c in calls), f"the reply call for {text!r}")
-    call = next(c for c in proxy.calls if is_reply(c) and c.messages[-1].get("content") == text)
+    await seen(tty, proxy, lambda calls: (c := reply_to(calls, text)) is not None and (c.held or c.ended is not None),
+               f"the reply call for {text!r}")
+    call = reply_to(proxy.calls, text)
+    streamed = False
+    if call.held:
+        first = call.content().split()[0]
+        await tty.wait_screen(lambda lines: any(line.startswith("memgate:") and first in line for line in lines),
+                              f"the reply's first word {first!r} while it is written", STEP)
+        streamed = call.ended is None           # still held: shown before the model finished
+        call.release.set()
+    await seen(tty, proxy, lambda calls: call.ended is not None, f"the end of the reply to {text!r}")
     await tty.prompt("ann> ", timeout=STEP)
     shown = time.monotonic()
-    screen = " ".join(line.strip() for line in tty.transcript()[before:].splitlines()[1:] if line.strip() != "ann>")
+    lines = tty.screen_lines()                 # the 24-line screen: what the person sees now
+    typed = max((n for n, line in enumerate(lines) if line.startswith("ann> ") and text[:40] in line), default=-1)
+    screen = " ".join(line.strip() for line in lines[typed + 1:] if line.strip() and line.strip() != "ann>")
     busy = [c for c in proxy.calls if is_memory_call(c) and c.started < call.started and (c.ended or 1e18) > call.started]
     notes.add(f"- **ann:** {text}",
               f"  - on the screen: {screen!r}",
               f"  - sent at +{sent - t_start:.1f} s; request to the server after {call.started - sent:.1f} s; "
-              f"first byte {((call.first_byte or call.ended) - sent):.1f} s; whole reply {call.ended - sent:.1f} s; "
+              f"first byte {((call.first_byte or call.ended) - sent):.1f} s; whole reply {call.ended - sent:.1f} s "
+              f"(the proxy held it {'after its first words, shown meanwhile' if streamed else 'not: no words came'}); "
               f"on the screen with the prompt back {shown - sent:.1f} s; memory calls in flight at the request: {len(busy)}")
-    return call
+    return call, streamed
 
 
 async def memory_shows(tty: Tty, proxy: RecordingProxy, word: str) -> None:
@@ -124,7 +143,13 @@ async def test_two_days_with_a_real_model_through_memgate_chat(tmp_path, llama_s
         tty = Tty(["-m", "bot.cli", "chat", "--user", "ann"], env)
         try:
             await tty.prompt("ann> ", timeout=STEP)
-            for text in DAY_ONE:
+            first, streamed = await say(tty, proxy, DAY_ONE[0], notes, t0)
+            # The first reply (no memory work queued yet) is on the screen while it is written. When
+            # no word came within memgate's first-token timeout (30 s; a loaded machine processes
+            # the prompt slower than that) there was nothing to show: the transcript says so.
+            # TODO(issue 30, helper "gate"): timeouts that follow the server make this unconditional.
+            assert streamed or not first.held, "the first words came but were not shown while the reply was written"
+            for text in DAY_ONE[1:]:
                 await say(tty, proxy, text, notes, t0)
             await memory_shows(tty, proxy, "Brindlequix")
             notes.add("", f"memory holds Brindlequix at +{time.monotonic() - t0:.1f} s "
@@ -146,7 +171,7 @@ async def test_two_days_with_a_real_model_through_memgate_chat(tmp_path, llama_s
             tty.send("/new\r")
             await tty.shows("Started a new conversation", timeout=STEP)
             await tty.prompt("ann> ", timeout=STEP)
-            call = await say(tty, proxy, DAY_TWO, notes, t0)
+            call, _ = await say(tty, proxy, DAY_TWO, notes, t0)
             block = memory_block(call)
             notes.add("", "### The day-two prompt's memory block", "", "```", block, "```")
             assert "Brindlequix" in block, block
