@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
-HOLD_CHARS = 12
 _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host"})
 
 
@@ -64,11 +63,17 @@ def stream_text(raw: str) -> str:
     return "".join(pieces)
 
 
+def whole_words(text: str) -> str:
+    """The words of a growing text that whitespace has ended: all memgate shows of a reply being
+    written (memory.redaction.redact_growing keeps the last word back, it may still grow)."""
+    return text[:max(0, *(text.rfind(c) for c in " \n\t"))].strip()
+
+
 @dataclass
 class RecordingProxy:
     upstream: str                       # the server's root, e.g. http://127.0.0.1:PORT
     calls: list[Call] = field(default_factory=list)
-    # A streamed call this says yes to is held once its text reaches HOLD_CHARS, until the test sets
+    # A streamed call this says yes to is held once its first word is whole, until the test sets
     # its `release`: what memgate shows meanwhile is what it showed while the model was writing.
     hold: Callable[[Call], bool] | None = None
     _runner: web.AppRunner | None = None
@@ -120,7 +125,7 @@ class RecordingProxy:
                         call.first_byte = time.monotonic()
                     got += piece
                     await resp.write(piece)
-                    if holding and len(stream_text(got.decode("utf-8", "replace"))) >= HOLD_CHARS:
+                    if holding and whole_words(stream_text(got.decode("utf-8", "replace"))):
                         holding, call.held, call.answer = False, True, got.decode("utf-8", "replace")
                         await call.release.wait()
                 await resp.write_eof()

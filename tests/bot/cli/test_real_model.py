@@ -27,7 +27,7 @@ import pytest
 from memory import prompts
 from tests.adapters.pty_screen import Tty, tty_env
 from tests.fakes.llama_cpp import N_CTX, THREADS
-from tests.fakes.recording_proxy import Call, RecordingProxy
+from tests.fakes.recording_proxy import Call, RecordingProxy, whole_words
 from tests.reliability.procs import rows
 
 pytestmark = [pytest.mark.real_model, pytest.mark.timeout(1800)]
@@ -85,7 +85,7 @@ def reply_to(calls: list[Call], text: str) -> Call | None:
 async def say(tty: Tty, proxy: RecordingProxy, text: str, notes: Notes, t_start: float) -> tuple[Call, bool]:
     """Type `text`, wait for its reply on the screen and the prompt under it; note the timings.
     Also whether the reply was on the screen while it was written: the proxy holds the stream
-    after its first words (RecordingProxy.hold) until the terminal shows them."""
+    once its first word is whole (RecordingProxy.hold) until the terminal shows it."""
     proxy.hold = lambda c: reply_to([c], text) is c and reply_to(proxy.calls, text) is c   # its first call only
     sent = time.monotonic()
     tty.send(text + "\r")
@@ -94,10 +94,15 @@ async def say(tty: Tty, proxy: RecordingProxy, text: str, notes: Notes, t_start:
     call = reply_to(proxy.calls, text)
     streamed = False
     if call.held:
-        first = call.content().split()[0]
-        await tty.wait_screen(lambda lines: any(line.startswith("memgate:") and first in line for line in lines),
+        first = whole_words(call.content()).split()[0]
+
+        def shown(lines: list[str]) -> bool:
+            return any(line.startswith("memgate:") and first in line for line in lines)
+
+        # Until the screen shows it, or memgate gives up on the held stream (its stall timeout).
+        await tty.wait_screen(lambda lines: shown(lines) or call.ended is not None,
                               f"the reply's first word {first!r} while it is written", STEP)
-        streamed = call.ended is None           # still held: shown before the model finished
+        streamed = call.ended is None and shown(tty.screen_lines())   # shown before the model finished
         call.release.set()
     await seen(tty, proxy, lambda calls: call.ended is not None, f"the end of the reply to {text!r}")
     await tty.prompt("ann> ", timeout=STEP)
@@ -105,12 +110,15 @@ async def say(tty: Tty, proxy: RecordingProxy, text: str, notes: Notes, t_start:
     lines = tty.screen_lines()                 # the 24-line screen: what the person sees now
     typed = max((n for n, line in enumerate(lines) if line.startswith("ann> ") and text[:40] in line), default=-1)
     screen = " ".join(line.strip() for line in lines[typed + 1:] if line.strip() and line.strip() != "ann>")
+    held_note = ("held it after its first word, shown meanwhile" if streamed else
+                 "held it after its first word, not shown before memgate gave up on it" if call.held else
+                 "did not hold it: it ended before a whole word came")
     busy = [c for c in proxy.calls if is_memory_call(c) and c.started < call.started and (c.ended or 1e18) > call.started]
     notes.add(f"- **ann:** {text}",
               f"  - on the screen: {screen!r}",
               f"  - sent at +{sent - t_start:.1f} s; request to the server after {call.started - sent:.1f} s; "
               f"first byte {((call.first_byte or call.ended) - sent):.1f} s; whole reply {call.ended - sent:.1f} s "
-              f"(the proxy held it {'after its first words, shown meanwhile' if streamed else 'not: no words came'}); "
+              f"(the proxy {held_note}); "
               f"on the screen with the prompt back {shown - sent:.1f} s; memory calls in flight at the request: {len(busy)}")
     return call, streamed
 
