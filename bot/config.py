@@ -25,6 +25,7 @@ DEFAULT_CONFIG_PATHS = ("memgate.toml", "~/.config/memgate/memgate.toml")
 # Environment variables that hold secrets, by the name the code asks for.
 SECRET_ENV = {
     "llm_api_key": "MEMGATE_LLM_API_KEY",
+    "memory_llm_api_key": "MEMGATE_MEMORY_LLM_API_KEY",
     "embedding_api_key": "MEMGATE_EMBEDDING_API_KEY",
     "speech_api_key": "MEMGATE_SPEECH_API_KEY",
     "telegram_token": "TELEGRAM_BOT_TOKEN",
@@ -33,7 +34,7 @@ SECRET_ENV = {
     "wechat_mp_aes_key": "WECHAT_MP_AES_KEY",
     "store_password": "MEMGATE_STORE_PASSWORD",
 }
-_SECRET_KEYS = frozenset({"api_key", "key", "token", "bot_token", "secret", "app_secret", "password",
+_SECRET_KEYS = frozenset({"api_key", "llm_api_key", "key", "token", "bot_token", "secret", "app_secret", "password",
                           "aes_key", "encoding_aes_key", "access_token"})
 
 

@@ -27,21 +27,26 @@ def make_llm(settings: Settings, recorder: UsageRecorder | None, *, memory: bool
              gates: ModelGates | None = None) -> LiteLLM | None:
     """The reply LLM (or the memory LLM); None when no model is configured. With `gates`, its
     calls go through the priority gate of its server (memory/llm_gate.py): replies first."""
-    c = settings.llm
+    c, m = settings.llm, settings.memory
     if not settings.llm_configured or (memory and not c.memory_llm):
         return None
     # The configured name as it is: memory/llm.py routes it (memory/model_route.py). A server at an
     # address with no model named answers with its own (llama.cpp has one).
     model = (c.memory_model if memory and c.memory_model else c.model) or "local"
+    api_base, slots, key = c.api_base, c.concurrency, settings.secret("llm_api_key")
+    if memory and m.llm_model:  # a model with its own address: the reply's key goes only where the reply's goes
+        home = endpoint_of(model, api_base)
+        model, api_base, slots = m.llm_model, m.llm_api_base, m.llm_concurrency
+        key = settings.secret("memory_llm_api_key") or (key if endpoint_of(model, api_base) == home else None)
     gate = None
     if gates is not None:
-        slots = c.concurrency or default_slots(is_local(c.api_base, model))
-        gate = gates.gate(endpoint_of(model, c.api_base), GatePolicy(slots=slots, memory_share=c.memory_share))
+        slots = slots or default_slots(is_local(api_base, model))
+        gate = gates.gate(endpoint_of(model, api_base), GatePolicy(slots=slots, memory_share=c.memory_share))
 
     # A reply has a person waiting: streamed, so a silent server is told after first_token_timeout,
     # and an outage is not retried. Memory work runs in the background with its retries, except
     # after a timeout: the same call takes as long again, so it asks for less (memory.ingest.turn_call).
-    return LiteLLM(LLMSettings(model=model, api_base=c.api_base or None, api_key=settings.secret("llm_api_key"),
+    return LiteLLM(LLMSettings(model=model, api_base=api_base or None, api_key=key,
                                timeout=c.timeout, retries=c.retries, temperature=c.temperature,
                                max_tokens=c.max_tokens, first_token_timeout=None if memory else c.first_token_timeout,
                                retry_outages=memory, retry_timeouts=not memory), sink=recorder.add if recorder else None, gate=gate)

@@ -75,23 +75,27 @@ def check_models(settings) -> None:
     that fails 25 s later with "not answering". Nothing to check when no model is configured."""
     from bot.errors import ConfigError
 
-    c = settings.llm
+    c, m = settings.llm, settings.memory
     if not settings.llm_configured:
         return
-    for key, env, model in (("llm.model", "MEMGATE_LLM_MODEL", c.model),
-                            ("llm.memory_model", "MEMGATE_LLM_MEMORY_MODEL", c.memory_model)):
-        if key == "llm.memory_model" and not model:
+    for key, env, model, api_base, base in (
+            ("llm.model", "MEMGATE_LLM_MODEL", c.model, c.api_base, "llm.api_base"),
+            ("llm.memory_model", "MEMGATE_LLM_MEMORY_MODEL", c.memory_model, c.api_base, "llm.api_base"),
+            ("memory.llm_model", "MEMGATE_MEMORY_LLM_MODEL", m.llm_model, m.llm_api_base, "memory.llm_api_base")):
+        if key != "llm.model" and not model:
             continue
-        problem = route_problem(model, c.api_base)
+        problem = route_problem(model, api_base)
         if problem:
             raise ConfigError(f"'{key}' ({env}) = {model!r} names no provider litellm knows (litellm: {problem}): "
-                              + route_fix(model))
+                              + route_fix(model, base))
 
 
-def route_fix(model: str) -> str:
-    """What to change when litellm cannot route a model name (a config problem, no server to blame)."""
+def route_fix(model: str, base: str = "llm.api_base") -> str:
+    """What to change when litellm cannot route a model name (a config problem, no server to blame);
+    `base` is the key of the address that name goes with."""
     return (f"write it with its provider, e.g. openai/gpt-4o-mini or ollama/{bare_model(model) or 'qwen2.5'}, or set "
-            "llm.api_base (MEMGATE_LLM_API_BASE) to your OpenAI-compatible server, e.g. http://127.0.0.1:11434/v1")
+            f"{base} (MEMGATE_{base.replace('.', '_').upper()}) to your OpenAI-compatible server, e.g. "
+            "http://127.0.0.1:11434/v1")
 
 
 def is_local(api_base: str, model: str = "") -> bool:

@@ -63,6 +63,11 @@ class MemoryConfig(_Section):
     embed_max_pieces: int = Field(4, ge=1, le=64)
     keep_turn_text_days: float = Field(7.0, ge=1, le=3650)  # an ingested turn's words leave the ingest queue after this
     forget_raw_after_days: float = Field(0.0, ge=0, le=36500)  # 0 = keep; else raw messages go once learnt from (memory.retention)
+    # Memory work on a model with its own address (a cheaper or a remote one); its key in
+    # MEMGATE_MEMORY_LLM_API_KEY. Empty: [llm]'s server (its `model`, or `memory_model`).
+    llm_model: str = ""
+    llm_api_base: str = ""              # its OpenAI-compatible server; empty = its provider's own address
+    llm_concurrency: int = Field(0, ge=0, le=256)  # calls that server gets at once; 0 = 1 on this machine, 8 hosted
 
     @model_validator(mode="after")
     def _search_bounds(self) -> MemoryConfig:
@@ -339,6 +344,11 @@ class Settings(_Section):
             raise ValueError("embedding.model is required when embedding.provider = 'litellm'")
         if self.embedding.provider == "local" and self.embedding.dim != 384:
             raise ValueError("embedding.dim must be 384 for the local model")
+        if self.memory.llm_model and self.llm.memory_model:
+            raise ValueError("set llm.memory_model (another model on llm.api_base's server) or memory.llm_model (a "
+                             "model with its own address, memory.llm_api_base), not both")
+        if (self.memory.llm_api_base or self.memory.llm_concurrency) and not self.memory.llm_model:
+            raise ValueError("memory.llm_api_base and memory.llm_concurrency need memory.llm_model (the model there)")
         return self
 
     @property

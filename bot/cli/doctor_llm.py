@@ -133,8 +133,10 @@ def model_lines(settings: Settings, check: ModelCheck) -> list[tuple[bool, str, 
         if not c.memory_llm:
             lines.append((True, "memory calls are off ([llm] memory_llm = false): turns are kept as they were said", ""))
         return lines
-    model = c.memory_model or c.model
-    key = "llm.memory_model" if c.memory_model else "llm.model"
+    model = settings.memory.llm_model or c.memory_model or c.model
+    key = "memory.llm_model" if settings.memory.llm_model else "llm.memory_model" if c.memory_model else "llm.model"
+    base = settings.memory.llm_api_base if settings.memory.llm_model else c.api_base
+    where = shown_address(base, model)
     m = check.memory
     if m.failure is None and m.facts:
         lines.append((True, f"memory call: {model} gave usable JSON for a sample turn in {m.seconds:.1f} s "
@@ -150,7 +152,7 @@ def model_lines(settings: Settings, check: ModelCheck) -> list[tuple[bool, str, 
         lines.append((False, f"memory call: {model}'s JSON for a sample turn is not usable ({m.failure.reason[:200]}): "
                              "every turn would be kept raw", _memory_fix(c.memory_model)))
     else:
-        lines.append(refusal("memory call:", model, key, settings, m.failure, check.listed))
+        lines.append(refusal("memory call:", model, key, settings, m.failure, check.listed, api_base=base))
     return lines
 
 
@@ -160,24 +162,25 @@ def _memory_fix(memory_model: str) -> str:
 
 
 def refusal(label: str, model: str, key: str, settings: Settings, exc: BaseException,
-            listed: tuple[str, ...] = ()) -> tuple[bool, str, str]:
+            listed: tuple[str, ...] = (), *, api_base: str | None = None) -> tuple[bool, str, str]:
     """A call that reached the server and was refused, or failed otherwise: its reason in one
     sentence, and for a name the server does not have, what it lists instead (`listed`: its
-    /v1/models, asked by the caller)."""
+    /v1/models, asked by the caller); `api_base`: the model's address when not [llm]'s."""
     from bot.model_servers import down_hint, shown_address
 
     c = settings.llm
-    where = shown_address(c.api_base, model)
+    api_base = c.api_base if api_base is None else api_base
+    where = shown_address(api_base, model)
     if isinstance(exc, ModelTurnedDown):
         from memory.prompts import TURNED_DOWN_WHY
 
         why = TURNED_DOWN_WHY.get(exc.status, f"status {exc.status}")
         fix = {401: "check the key in MEMGATE_LLM_API_KEY", 403: "check the key in MEMGATE_LLM_API_KEY"}.get(exc.status, "")
-        if exc.status == 404 and c.api_base:
-            fix = _listed_instead(c.api_base, model, key, listed) or down_hint(c.api_base, model)
+        if exc.status == 404 and api_base:
+            fix = _listed_instead(api_base, model, key, listed) or down_hint(api_base, model)
         return False, f"{label} {model} at {where} turned the call down: {why} ({_first_sentence(exc)})", \
             fix or f"check {_named(key)} and the server's log"
-    return False, f"{label} {model} at {where} failed: {_first_sentence(exc)}", down_hint(c.api_base, model)
+    return False, f"{label} {model} at {where} failed: {_first_sentence(exc)}", down_hint(api_base, model)
 
 
 def _listed_instead(api_base: str, model: str, key: str, listed: tuple[str, ...]) -> str:
@@ -198,7 +201,8 @@ def _listed_instead(api_base: str, model: str, key: str, listed: tuple[str, ...]
 
 
 # The environment variable of each model setting named in a fix.
-_ENV = {"llm.model": "MEMGATE_LLM_MODEL", "llm.memory_model": "MEMGATE_LLM_MEMORY_MODEL"}
+_ENV = {"llm.model": "MEMGATE_LLM_MODEL", "llm.memory_model": "MEMGATE_LLM_MEMORY_MODEL",
+        "memory.llm_model": "MEMGATE_MEMORY_LLM_MODEL"}
 
 
 def _named(key: str) -> str:

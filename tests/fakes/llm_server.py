@@ -112,6 +112,7 @@ class FakeLLM:
         # request for any other name gets 404 (not given: anything is answered, as llama.cpp does).
         self.models = models
         self.request_times: list[float] = []  # time.monotonic() of each chat request, in order
+        self.keys: list[str] = []             # the Authorization header of each chat request, in order
         self.embedding_requests: list[dict] = []
         # Speech-to-text: each request's form fields and its file (name, content type, bytes).
         self.transcription_requests: list[dict] = []
@@ -204,6 +205,7 @@ class FakeLLM:
         body = await _json_body(request)
         self.requests.append(body)
         self.request_times.append(time.monotonic())
+        self.keys.append(request.headers.get("Authorization", ""))  # which key reached this server
         if self.models is not None and body.get("model") not in self.models:
             return _error_response(404, f"The model `{body.get('model')}` does not exist.")
         item = self._queue.popleft() if self._queue else self._fallback(body)
