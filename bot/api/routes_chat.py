@@ -112,7 +112,10 @@ async def events(request: web.Request) -> web.StreamResponse:
                 # The key must still be live to hear what comes: one revoked elsewhere (the command
                 # line on a shared database) ends its stream here, before a reply is written (drafts
                 # come many a second: they are let through for LIVE_CHECK_S after a check).
-                if event.get("type") != "draft" or time.monotonic() - checked > LIVE_CHECK_S:
+                # "closing" carries nothing and comes while the gateway stops (its database may be
+                # going): it is always written, so the terminal says why it ended.
+                kind = event.get("type")
+                if kind != "closing" and (kind != "draft" or time.monotonic() - checked > LIVE_CHECK_S):
                     if await asyncio.to_thread(keys.live, rec.id) is None:
                         break
                     checked = time.monotonic()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from bot.errors import ConfigError, MemgateError
+from bot.history_file import HISTORY_NAME
 from bot.logs import log_file, log_loop_exceptions, setup_logging, terminal_session
 from bot.model_servers import check_models
 from bot.settings import Settings
@@ -64,12 +65,15 @@ async def _serve(settings: Settings, channels, *, until_console_closes: bool, se
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         for w in waiters:
             w.cancel()
-        # Stop begins: memory's model calls stop now (their turns wait in the queue), not after
-        # the replies below and a drain of the ingest queue (issue 30: a new call 34 s after SIGTERM).
-        app.stopping()
         # The person at the terminal left: they are not kept waiting for memory (issue 27).
         app.quick_exit = (console is not None and console.interactive and console.closed.is_set()
                           and not stop.is_set())
+        if stop.is_set() or app.quick_exit:
+            # Stop begins: memory's model calls stop now (their turns wait in the queue), not after
+            # the replies below and a drain of the ingest queue (issue 30: a new call 34 s after
+            # SIGTERM). A piped chat that ended (a script, `echo ... | memgate chat`) is not
+            # stopping: it drains, so what it said is memory when the command returns.
+            app.stopping()
         # Answer what is already queued before the channels go away.
         await app.gateway.idle()
     if app.quick_exit:
@@ -104,7 +108,7 @@ def _console(settings: Settings, user: str | None):
     from adapters.console import ConsoleAdapter
 
     name = user or settings.channels.console.user or os.environ.get("USER") or getpass.getuser() or "me"
-    return ConsoleAdapter(name, bot_name=settings.agent.name, history_path=settings.data_path / "console_history")
+    return ConsoleAdapter(name, bot_name=settings.agent.name, history_path=settings.data_path / HISTORY_NAME)
 
 
 def stdin_kind() -> str:

@@ -33,9 +33,11 @@ def metric(text: str, name: str, **labels: str) -> float:
 
 
 def respond(request: dict) -> object:
-    """The fake brain, except that a reply to a message asking for it fails (HTTP 500)."""
+    """The fake brain, except that a reply to a message asking for it fails (HTTP 500). Only the
+    message now counts: a failed turn's words come again before the next one (issue 30 item 4)."""
     user = next((m["content"] for m in reversed(request["messages"]) if m["role"] == "user"), "")
-    if request["messages"][0]["content"].startswith("You are memgate") and "please fail" in user:
+    now = user.splitlines()[-1] if user else ""
+    if request["messages"][0]["content"].startswith("You are memgate") and "please fail" in now:
         return FakeError(status=500, message="scripted reply failure")
     return brain.respond(request)
 
