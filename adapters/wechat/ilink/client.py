@@ -11,8 +11,10 @@ from typing import Any
 
 import aiohttp
 
+from adapters.download import read_capped
 from adapters.retry_after import parse_retry_after
 from adapters.wechat.ilink import protocol as proto
+from bot.errors import MediaError
 
 __all__ = ["TransportError", "post"]
 
@@ -30,9 +32,15 @@ class TransportError(Exception):
         self.retry_after = retry_after
 
 
+# An answer is JSON of messages (media come from the CDN, capped there): far above any real one,
+# and what a server that misbehaves can make us hold (a 300 MB answer was read whole: issue 31).
+MAX_ANSWER_BYTES = 8 * 1024 * 1024
+
+
 async def post(http: aiohttp.ClientSession, base_url: str, bot_token: str, *, app_id: str, client_version: str,
-               endpoint: str, body: dict[str, Any], timeout: float) -> Any:
-    """POST one bot call; the decoded JSON answer, or TransportError."""
+               endpoint: str, body: dict[str, Any], timeout: float, max_bytes: int = MAX_ANSWER_BYTES) -> Any:
+    """POST one bot call; the decoded JSON answer, or TransportError (also for an answer over
+    `max_bytes`: abandoned as it passes the cap, whatever length it announced)."""
     headers = proto.post_headers(bot_token, app_id, client_version, proto.random_uin())
     try:
         async with http.post(
@@ -41,7 +49,10 @@ async def post(http: aiohttp.ClientSession, base_url: str, bot_token: str, *, ap
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=timeout),
         ) as resp:
-            raw = await resp.read()
+            try:
+                raw = await read_capped(resp, max_bytes)
+            except MediaError:
+                raise TransportError(f"{endpoint} answered more than {max_bytes} bytes") from None
             if resp.status != 200:
                 asked = None
                 if resp.status in _THROTTLED:

@@ -739,3 +739,43 @@ async def test_no_token_reaches_the_logs(fake: FakeIlink, data_dir: Path, caplog
     secrets = [fake.token, fake.context_token(ALICE) or "?"]
     for text in [r.getMessage() for r in caplog.records] + lines:
         assert not any(secret in text for secret in secrets), text
+
+
+async def test_an_answer_past_the_cap_is_abandoned_as_it_arrives() -> None:
+    """A server (or whoever sits on a plain-http line to it) that answers without end: the call
+    fails with one clear line once the cap is passed, not after reading what was sent."""
+    from aiohttp import web
+
+    from adapters.wechat.ilink.client import TransportError, post
+
+    sent = 0
+    chunk = b"[" + b"0," * 32767 + b"0"   # 64 KiB of a JSON array that never closes
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        nonlocal sent
+        resp = web.StreamResponse()
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        try:
+            while sent < 64 * 1024 * 1024:
+                await resp.write(chunk)
+                sent += len(chunk)
+        except (ConnectionError, RuntimeError):
+            pass
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/ilink/bot/getupdates", endless)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        async with aiohttp.ClientSession() as http:
+            with pytest.raises(TransportError, match="more than 1048576 bytes"):
+                await post(http, f"http://127.0.0.1:{port}", "token", app_id="bot", client_version="1.0.0",
+                           endpoint="ilink/bot/getupdates", body={}, timeout=120, max_bytes=1024 * 1024)
+    finally:
+        await runner.cleanup()
+    assert sent < 16 * 1024 * 1024     # the client stopped reading near the cap, not at the end
