@@ -239,7 +239,8 @@ def build_app(settings: Settings, *, channels: Sequence[Channel] = (), clock: Ca
                             mmr_lambda=m.mmr_lambda, fusion=m.fusion, min_confidence=m.min_confidence)
     ingest = IngestSettings(dedup_threshold=m.dedup_threshold, fact_candidate_threshold=m.fact_candidate_threshold,
                             max_attempts=m.max_ingest_attempts, max_facts_per_turn=m.max_facts_per_turn,
-                            workers=m.ingest_workers, batch_tokens=m.ingest_batch_tokens)
+                            workers=m.ingest_workers, batch_tokens=m.ingest_batch_tokens,
+                            backlog_max=m.ingest_backlog_max)
     extras: dict[str, Any] = {}
     engine = MemoryEngine(store, embedder, memory_llm, data_dir=settings.data_path, recall_settings=recall,
                           ingest_settings=ingest, clock=clock)

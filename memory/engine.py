@@ -86,6 +86,10 @@ class MemoryEngine:
                             fold=s.fold_overlap, shared_spaces=frozenset(shared_spaces)), hits
 
     # --- capture ---------------------------------------------------------------------------
+    async def ingest_room(self) -> None:
+        """Wait while memory is far behind (IngestWorker.room): a turn calls it before it starts."""
+        await self.worker.room()
+
     async def capture(self, turn: CapturedTurn) -> bool:
         queued = await asyncio.to_thread(capture, self.store, turn)
         if queued:

@@ -134,6 +134,9 @@ class Agent:
             return await self._run(req)
 
     async def _run(self, req: TurnRequest) -> TurnResult:
+        # Memory far behind (30 busy chats on a small machine): this turn waits for it to catch
+        # up first, so memory keeps the share of the machine it needs (memory.ingest.worker).
+        await self.engine.ingest_room()
         t0 = time.perf_counter()
         # "and her?" means nothing alone: the query is built from the person's recent messages.
         query = recall_query([(m["role"], str(m["content"])) for m in req.history], req.text, max_chars=RECALL_QUERY_CHARS)

@@ -6,7 +6,7 @@ The LLM sees existing facts with small integer ids and their age, never our ids.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -24,6 +24,8 @@ from memory.store.vectors import vector_candidates
 CATEGORIES = ("about_you", "preferences", "people", "experiences", "plans", "routines", "constraints")
 MAX_FACTS_PER_TURN = 20  # DESIGN allows 50; a real turn states a handful (see config memory.max_facts_per_turn)
 MAX_EXISTING = 60
+# (con, query vector, spaces, n, kinds) -> [(id, cosine)], best first: vector_candidates' contract.
+Candidates = Callable[[Conn, np.ndarray, Sequence[str], int, Sequence[str] | None], list[tuple[str, float]]]
 
 
 class ExtractedFact(BaseModel):
@@ -136,12 +138,14 @@ def keep_statements(facts: Sequence[ExtractedFact], limit: int = MAX_FACTS_PER_T
 
 
 def find_existing(con: Conn, space_id: str, facts: Sequence[ExtractedFact], vectors: np.ndarray,
-                  vector_threshold: float, overlap_threshold: float = 0.5) -> list[Existing]:
+                  vector_threshold: float, overlap_threshold: float = 0.5, *,
+                  candidates: Candidates = vector_candidates) -> list[Existing]:
     """Existing active facts close to any new one: top-5 by vector above the threshold plus
-    top-5 by keyword sharing at least half the new fact's terms; at most 60 in all."""
+    top-5 by keyword sharing at least half the new fact's terms; at most 60 in all.
+    `candidates` finds the vector side (the store's VectorCache gives the SQL path's rows)."""
     found: dict[str, None] = {}
     for fact, vec in zip(facts, vectors):
-        for fid, sim in vector_candidates(con, vec, [space_id], 5, ["fact"]):
+        for fid, sim in candidates(con, vec, [space_id], 5, ["fact"]):
             if sim >= vector_threshold:
                 found.setdefault(fid)
         terms = query_terms(fact.text)

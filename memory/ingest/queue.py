@@ -105,12 +105,13 @@ def payload_tokens(payload: str) -> int:
 
 def next_space_turns(con: Conn, now: datetime, held: Collection[str], limit: int) -> list[tuple]:
     """The next claim: up to `limit` due queue rows, in queue order, of the space whose oldest
-    due turn is the oldest among the spaces not in `held` (the ones other slots work on)."""
+    due turn is the oldest among the spaces not in `held` (the ones other slots work on). Each
+    row ends with the number of turns due in every space (the backlog the reply path watches)."""
     return con.execute(
-        """WITH due AS (SELECT id, space_id, session_id, turn_id, payload, attempts, created_at FROM ingest_queue
-                        WHERE status = 'pending' AND next_attempt_at <= ?
-                          AND space_id NOT IN (SELECT unnest(?::VARCHAR[])))
-           SELECT id, space_id, session_id, turn_id, payload, attempts FROM due
+        """WITH pend AS (SELECT id, space_id, session_id, turn_id, payload, attempts, created_at FROM ingest_queue
+                         WHERE status = 'pending' AND next_attempt_at <= ?),
+           due AS (SELECT * FROM pend WHERE space_id NOT IN (SELECT unnest(?::VARCHAR[])))
+           SELECT id, space_id, session_id, turn_id, payload, attempts, (SELECT count(*) FROM pend) FROM due
            WHERE space_id = (SELECT space_id FROM due ORDER BY created_at, id LIMIT 1)
            ORDER BY created_at, id LIMIT ?""",
         [now, sorted(held), limit]).fetchall()

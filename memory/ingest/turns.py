@@ -30,7 +30,7 @@ from memory.llm import LLM, charged_to
 from memory.llm_json import complete_json
 from memory.store.connection import Conn, Store
 from memory.store.rows import NewMemory, insert_memories, new_id, utc_naive
-from memory.store.vectors import vector_candidates
+from memory.store.vectors import cache_for
 from memory.tasks.boundary import TaskGist, gist_for, next_gist, store_verdicts, wants_verdict
 from memory.tasks.rules import MISSING_VERDICT, ChunkInfo, Turn
 from memory.redaction import redact
@@ -77,6 +77,13 @@ class TurnIngest:
         # gives the boundary verdict the task rules cannot, for turns this far apart at most.
         self.task_gap: timedelta | None = None
 
+    def _candidates(self, con: Conn, qvec: np.ndarray, space_ids: Sequence[str], n: int,
+                    kinds: Sequence[str] | None = None) -> list[tuple[str, float]]:
+        """The nearest rows, from the store's vector cache: the rows the SQL scan gives, without
+        reading every vector of the table's row groups (the spaces of busy chats are spread over
+        all of them: four such scans a turn grew with the table and took most of ingest's CPU)."""
+        return cache_for(self.store).candidates(con, qvec, space_ids, n, kinds)
+
     # --- stored without the LLM --------------------------------------------------------------------------
     def store_raw(self, turn: QueuedTurn, needs_facts: bool) -> None:
         self.store_raw_many([turn], needs_facts)
@@ -110,12 +117,32 @@ class TurnIngest:
         self.store.write(write)
 
     # --- LLM path --------------------------------------------------------------------------
-    async def gist(self, space_id: str) -> TaskGist | None:
-        if self.task_gap is None:
-            return None
-        return await self.store.aread(lambda c: gist_for(c, space_id))
+    def prepare_run(self, turns: Sequence[QueuedTurn], embed: EmbedFn | None = None) -> list[TurnJob]:
+        """`prepare` for a run of one space's turns, in queue order, blocking (one thread hop for
+        the whole run: its texts embedded together, then every lookup on one cursor). The task
+        gist moves on from turn to turn as the rules place them."""
+        if not turns:
+            return []
+        embed = embed or Embedded(self.embedder.embed_passages)
+        embed([t for turn in turns for t in vector_inputs(turn)])  # one run of the model for all of them
+        space_id = turns[0].space_id
 
-    async def prepare(self, turn: QueuedTurn, gist: TaskGist | None, embed: EmbedFn | None = None) -> TurnJob:
+        def read(con: Conn) -> list[TurnJob]:
+            gist = gist_for(con, space_id) if self.task_gap is not None else None
+            jobs = []
+            for turn in turns:
+                job = self._prepare(con, turn, gist, embed)
+                gist = job.gist_after
+                jobs.append(job)
+            return jobs
+
+        return self.store.read(read)
+
+    async def prepare(self, turn: QueuedTurn) -> TurnJob:
+        """Everything before the LLM call for one turn (see `_prepare`)."""
+        return (await asyncio.to_thread(self.prepare_run, [turn]))[0]
+
+    def _prepare(self, con: Conn, turn: QueuedTurn, gist: TaskGist | None, embed: EmbedFn) -> TurnJob:
         """Everything before the LLM call: exact and near duplicates, the stored facts close to the
         user's messages, and whether the task rules need the call's boundary verdict."""
         s = self.settings
@@ -125,10 +152,10 @@ class TurnIngest:
         # threshold is calibrated on opening messages embedded alone.
         raws = _raw_messages(space_id, turn.session_id, turn.turn_id, messages, turn.created_at)
         # 1. Exact duplicates: skipped without an LLM call; their facts point at the old chunk.
-        existing = dict(await self.store.aread(lambda c: c.execute(
+        existing = dict(con.execute(
             """SELECT content_hash, any_value(id) FROM memories WHERE space_id = ? AND kind = 'chunk'
                AND status = 'active' AND content_hash IN (SELECT unnest(?)) GROUP BY content_hash""",
-            [space_id, [content_hash(m.text) for m in messages]]).fetchall()))
+            [space_id, [content_hash(m.text) for m in messages]]).fetchall())
         for d in drafts:
             old = existing.get(content_hash(d.msg.text))
             if old:
@@ -141,14 +168,14 @@ class TurnIngest:
             texts = [chunk_text(raws[d.n - 1]) for d in live]
             # The user's messages embedded as facts are (nearly) what their facts will be: the
             # stored facts close to them are shown, so the call reconciles as it extracts.
-            vecs = await asyncio.to_thread(embed or self.embedder.embed_passages, texts + [d.msg.text for d in users])
+            vecs = embed(texts + [d.msg.text for d in users])
             for d, v in zip(live, vecs):
                 d.vector = v
-            await self.store.aread(lambda c: self._near_duplicates(c, space_id, live))
+            self._near_duplicates(con, space_id, live)
             if users and s.fold_reconcile:
                 probes = [F.ExtractedFact(text=d.msg.text) for d in users]
-                known = await self.store.aread(lambda c: F.find_existing(
-                    c, space_id, probes, vecs[len(live):], s.fact_candidate_threshold))
+                known = F.find_existing(con, space_id, probes, vecs[len(live):], s.fact_candidate_threshold,
+                                        candidates=self._candidates)
         needs_title = [d for d in live if d.msg.role != "tool" and len(d.msg.text) > s.title_min_chars]
         rules_turn = _rules_turn(turn)
         step = wants_verdict(gist, rules_turn, self.task_gap) if self.task_gap is not None else None
@@ -167,7 +194,9 @@ class TurnIngest:
     async def finish(self, job: TurnJob, answer: TurnAnswer, mates: BatchMates | None = None, k: int = 0,
                       embed: EmbedFn | None = None) -> None:
         """Everything after the LLM call: dedup, titles, facts (reconciled), one write. In a
-        batch, `mates` holds what the call gave for the turns before this one (turn `k`)."""
+        batch, `mates` holds what the call gave for the turns before this one (turn `k`).
+        One thread hop when the call's own reconciliation stands (the usual case); a separate
+        reconcile call goes between the lookup and the write."""
         s, turn, drafts = self.settings, job.turn, job.drafts
         live = [d for d in drafts if not d.skip]
         self._apply_dedup(live, answer)
@@ -178,11 +207,20 @@ class TurnIngest:
         if len(answer.facts) > s.max_facts_per_turn:
             log.warning("turn %s: the memory LLM returned %d facts; kept %d", turn.turn_id, len(answer.facts), len(new_facts))
         shown = mates.shown_with(job.view.known, new_facts) if mates is not None else list(job.view.known)
-        plan, decisions = await self._plan_facts(turn.space_id, new_facts, [[] for _ in new_facts], shown, embed)
         verdict = None
         if job.ask_task:  # left out or malformed: the rules decide, no second call (rules.MISSING_VERDICT)
             verdict = answer.task.as_verdict() if answer.task is not None else MISSING_VERDICT
-        await self.store.awrite(lambda c: self._write(c, job, plan, decisions, verdict))
+
+        def plan_and_write() -> tuple[F.FactPlan | None, bool]:
+            plan, decisions, settled = self._plan_facts_sync(turn.space_id, new_facts, [[] for _ in new_facts], shown, embed)
+            if settled:
+                self.store.write(lambda c: self._write(c, job, plan, decisions, verdict))
+            return plan, settled
+
+        plan, written = await asyncio.to_thread(plan_and_write)
+        if not written:
+            decisions = await self._reconcile(plan, new_facts)
+            await self.store.awrite(lambda c: self._write(c, job, plan, decisions, verdict))
         if mates is not None and plan is not None:
             mates.record(k, answer.facts, plan)
 
@@ -191,29 +229,43 @@ class TurnIngest:
                           ) -> tuple[F.FactPlan | None, list[F.Decision] | None]:
         """Embed new facts and find close existing ones. The ingest call's own decisions stand
         when it was shown every close fact (`shown`); otherwise the LLM is asked to reconcile."""
+        plan, decisions, settled = await asyncio.to_thread(self._plan_facts_sync, space_id, new_facts, sources, shown, embed)
+        if settled:
+            return plan, decisions
+        return plan, await self._reconcile(plan, new_facts)
+
+    def _plan_facts_sync(self, space_id: str, new_facts: list[F.ExtractedFact], sources: list[list[str]],
+                         shown: list[F.Existing] | None = None, embed: EmbedFn | None = None,
+                         ) -> tuple[F.FactPlan | None, list[F.Decision] | None, bool]:
+        """`_plan_facts` up to the reconcile call: (plan, decisions, settled); not settled means
+        the plan's close facts need the separate reconcile call (`_reconcile`)."""
         if not new_facts:
-            return None, None
-        fvecs = await asyncio.to_thread(embed or self.embedder.embed_passages, [f.text for f in new_facts])
+            return None, None, True
+        fvecs = (embed or self.embedder.embed_passages)([f.text for f in new_facts])
         plan = F.FactPlan(facts=new_facts, vectors=fvecs, sources=sources)
-        plan.existing = await self.store.aread(
-            lambda c: F.find_existing(c, space_id, new_facts, fvecs, self.settings.fact_candidate_threshold))
+        plan.existing = self.store.read(
+            lambda c: F.find_existing(c, space_id, new_facts, fvecs, self.settings.fact_candidate_threshold,
+                                      candidates=self._candidates))
         if shown and {e.id for e in plan.existing} <= {e.id for e in shown}:
             plan.existing = shown  # the ids the call answered with
-            return plan, folded_decisions(new_facts)
+            return plan, folded_decisions(new_facts), True
         if not plan.existing:
-            return plan, None  # no candidates: every fact is ADD, no LLM call
+            return plan, None, True  # no candidates: every fact is ADD, no LLM call
+        return plan, None, False
+
+    async def _reconcile(self, plan: F.FactPlan, new_facts: list[F.ExtractedFact]) -> list[F.Decision]:
         rec = await complete_json(self.llm,
             prompts.RECONCILE_SYSTEM,
             prompts.RECONCILE_USER.format(existing=F.render_existing(plan.existing, self._clock()),
                                           new=F.render_new(new_facts)),
             F.ReconcileAnswer, purpose="reconcile")
-        return plan, rec.decisions
+        return rec.decisions
 
     def _near_duplicates(self, con: Conn, space_id: str, live: Sequence[_Draft]) -> None:
         for d in live:
             if d.msg.role == "tool":
                 continue
-            hits = [(i, sim) for i, sim in vector_candidates(con, d.vector, [space_id], 5, ["chunk"])
+            hits = [(i, sim) for i, sim in self._candidates(con, d.vector, [space_id], 5, ["chunk"])
                     if sim >= self.settings.dedup_threshold]
             if hits:
                 texts = dict(con.execute("SELECT id, text FROM memories WHERE id IN (SELECT unnest(?))",

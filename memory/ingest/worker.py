@@ -36,7 +36,7 @@ from memory.ingest.queue import AlreadyIngested, QueuedTurn, batches, next_space
 from memory.ingest.settings import IngestSettings, IngestStats
 from memory.ingest.turn_call import ask_batch, ask_turn
 from memory.ingest.turn_prompt import BatchMates, TurnAnswer
-from memory.ingest.turns import Embedded, TurnIngest, TurnJob, vector_inputs
+from memory.ingest.turns import Embedded, TurnIngest, TurnJob
 from memory.llm import LLM, charged_to
 from memory.llm_json import UnusableAnswer
 from memory.store.connection import Store
@@ -44,6 +44,8 @@ from memory.store.locks import LockSpace, lock_key
 from memory.store.rows import utc_naive
 
 log = logging.getLogger(__name__)
+
+GROWTH = 4            # a space's claim (and its batches' token budget) grows up to this many times
 
 
 class IngestWorker:
@@ -66,6 +68,10 @@ class IngestWorker:
         self._halted = False
         self._lock = asyncio.Lock()
         self._changed = asyncio.Event()   # replaced at each change: a waiter keeps the one it saw
+        self._touched: set[str] = set()   # spaces of the claims running that wrote a turn
+        self._due = 0                     # turns due for ingest (see `backlog`)
+        self._progress = asyncio.Event()  # replaced whenever a turn leaves the due backlog
+        self._progress_at = float("-inf")  # loop time of the last turn ingested
         self.stats = IngestStats()
         self.turns = TurnIngest(store, embedder, llm, self.settings, self.stats, self._clock)
         # The tokens a batch may hold now: halved after a batch that gave nothing, doubled back
@@ -76,6 +82,7 @@ class IngestWorker:
     async def start(self) -> None:
         """Drain leftovers from a previous run, then keep draining in the background."""
         self._stopping = self._halted = False
+        self._progress_at = asyncio.get_running_loop().time()  # a worker just started is not stalled
         self._task = asyncio.create_task(self._run(), name="ingest-worker")
 
     async def stop(self, *, drain: bool = True, timeout: float = 30.0) -> None:
@@ -95,6 +102,7 @@ class IngestWorker:
 
     def notify(self) -> None:
         """A turn was queued: wake the loop, and the slots of a drain waiting for work."""
+        self._due += 1
         self._wake.set()
         self._signal_change()
 
@@ -141,7 +149,9 @@ class IngestWorker:
                     while True:
                         now = utc_naive(self._clock())
                         rows = await self.store.aread(
-                            lambda c: next_space_turns(c, now, held | elsewhere, self.settings.per_space))
+                            lambda c: next_space_turns(c, now, held | elsewhere, self._claim_limit()))
+                        if rows:
+                            self._due = int(rows[0][6])
                         if not rows or not shared:
                             break
                         # Several processes on one database: a space is ingested by the holder of
@@ -152,7 +162,7 @@ class IngestWorker:
                             elsewhere.add(space)
                             continue
                         rows = await self.store.aread(
-                            lambda c: next_space_turns(c, now, held | elsewhere, self.settings.per_space))
+                            lambda c: next_space_turns(c, now, held | elsewhere, self._claim_limit()))
                         if rows and rows[0][1] == space:
                             break
                         await asyncio.to_thread(self.store.locks.release, LockSpace.INGEST, lock_key(space))
@@ -175,24 +185,63 @@ class IngestWorker:
                             return
                         await changed.wait()
                         continue
+                    space = rows[0][1]
                     try:
                         if self.llm is None:  # raw memory: the whole claim at once (it took only its first turn)
                             await self._process_raw(rows)
                         else:
-                            for batch in batches(rows, self.batch_tokens):
+                            for batch in batches(rows, self._batch_budget(len(rows))):
                                 if self._halted:
                                     break
                                 if len(batch) == 1:
-                                    await self._process(*batch[0])
+                                    await self._process(*batch[0][:6])
                                 else:
                                     await self._process_batch(batch)
+                        await self._after_claim(space)
                     finally:
-                        await release(rows[0][1])
+                        self._touched.discard(space)
+                        await release(space)
                         self._signal_change()
                     done += len(rows)
 
             await asyncio.gather(*(slot() for _ in range(self.settings.workers)))
             return done
+
+    def _claim_limit(self) -> int:
+        """A claim takes up to `per_space` turns, and up to GROWTH times that from a space with a
+        backlog: its queued turns become bigger batches (`_batch_budget`), not a longer queue."""
+        return self.settings.per_space * GROWTH
+
+    def _batch_budget(self, claimed: int) -> int:
+        """The tokens one call may carry grow with the claim: `batch_tokens` for up to
+        `per_space` turns, up to GROWTH times that for a space GROWTH times as far behind."""
+        return self.batch_tokens * max(1, min(GROWTH, -(-claimed // self.settings.per_space)))
+
+    # --- the reply path's side: memory keeps up --------------------------------------------
+    async def room(self) -> None:
+        """Wait while memory is behind: more than `backlog_max` turns due while ingest makes
+        progress. The reply path calls this before a turn, so under sustained load replies
+        leave memory the share it needs instead of queueing turns faster than they are
+        ingested; a stalled ingest (no turn done for `stall_seconds` since the last one or the
+        start: the memory model down, a bug) never holds replies back, and neither does a
+        worker that is not running."""
+        limit, stall = self.settings.backlog_max, self.settings.stall_seconds
+        if not limit or self._halted or self._task is None or self._task.done():
+            return
+        loop = asyncio.get_running_loop()
+        while (self._due > limit and not (self._stopping or self._halted)
+               and (left := self._progress_at + stall - loop.time()) > 0):
+            progressed = self._progress
+            try:
+                await asyncio.wait_for(progressed.wait(), left)
+            except TimeoutError:
+                return
+
+    @property
+    def backlog(self) -> int:
+        """The turns due for ingest, as last counted (a claim counts them; queued and done
+        turns move it in between)."""
+        return self._due
 
     def _signal_change(self) -> None:
         """Wake the slots waiting for something to claim (a space released, a turn queued)."""
@@ -226,6 +275,7 @@ class IngestWorker:
                 await work()
         except AlreadyIngested:
             log.info("turn %s was ingested by another process meanwhile; not written twice", turn.turn_id)
+            self._left_backlog()
             return
         except ModelStopped:
             self._halt(turn)
@@ -250,18 +300,31 @@ class IngestWorker:
 
     async def _settled(self, turn: QueuedTurn) -> None:
         self.stats.turns += 1
-        if self.on_ingested is not None:
-            try:
-                await self.on_ingested(turn.space_id)
-            except Exception:
-                log.exception("post-ingest hook failed for space %s", turn.space_id)
+        self._touched.add(turn.space_id)
+        self._progress_at = asyncio.get_running_loop().time()
+        self._left_backlog()
+
+    def _left_backlog(self) -> None:
+        """A turn is no longer due (ingested, or waiting for its retry): wake the replies waiting."""
+        self._due = max(0, self._due - 1)
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    async def _after_claim(self, space: str) -> None:
+        """The post-ingest hook (task assignment) once per claim, not once per turn: it takes
+        every turn of the space written so far, and per turn it cost three more round trips."""
+        if self.on_ingested is None or space not in self._touched:
+            return
+        try:
+            await self.on_ingested(space)
+        except Exception:
+            log.exception("post-ingest hook failed for space %s", space)
 
     async def _process_turn(self, turn: QueuedTurn) -> None:
         if self.llm is None:
             await asyncio.to_thread(self.turns.store_raw, turn, False)
             return
-        gist = await self.turns.gist(turn.space_id)
-        job = await self.turns.prepare(turn, gist)
+        job = await self.turns.prepare(turn)
         await self._ask_and_finish(job)
 
     async def _ask_and_finish(self, job: TurnJob, mates: BatchMates | None = None, k: int = 0, embed=None) -> None:
@@ -281,17 +344,13 @@ class IngestWorker:
         """
         turns = [QueuedTurn(*r[:4], *decode_payload(r[4]), r[5]) for r in rows]
         jobs: list[TurnJob] = []
+        asked: list[TurnJob] = []
         # The batch's texts go through the model together (one run of batches of 16, not two
         # small runs per turn: 1.5-2.4x the texts per second measured here), then each turn takes its own.
         embed = Embedded(self.embedder.embed_passages)
         try:
             with charged_to(turns[0].space_id):
-                await asyncio.to_thread(embed, [t for turn in turns for t in vector_inputs(turn)])
-                gist = await self.turns.gist(turns[0].space_id)
-                for turn in turns:
-                    job = await self.turns.prepare(turn, gist, embed)
-                    gist = job.gist_after
-                    jobs.append(job)
+                jobs = await asyncio.to_thread(self.turns.prepare_run, turns, embed)
                 asked = [j for j in jobs if j.needs_call]
                 parts: list[TurnAnswer | None] = []
                 if len(asked) > 1:
@@ -337,6 +396,7 @@ class IngestWorker:
         self._halted = True
 
     async def _failed(self, turn: QueuedTurn, error: str) -> None:
+        self._left_backlog()
         attempts = turn.attempts + 1
         if attempts >= self.settings.max_attempts:
             log.warning("turn %s failed %d times; storing it raw for later fact extraction", turn.turn_id, attempts)
