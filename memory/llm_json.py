@@ -180,6 +180,7 @@ class JsonAnswer(Generic[M]):
     notes: tuple[str, ...] = ()
     cut: bool = False           # stopped at the token limit (and closed after its last complete value)
     content: str = ""           # the answer as given
+    closed: bool = False        # it parsed only once closed after its last complete value (close_cut)
 
 
 async def ask_json(llm: LLM, system: str, user: str, schema: type[M], *, purpose: str, max_tokens: int | None = None,
@@ -202,19 +203,22 @@ async def ask_json(llm: LLM, system: str, user: str, schema: type[M], *, purpose
     except ValueError as exc:
         limit = f" (max_tokens {max_tokens})" if cut and max_tokens else ""
         raise UnusableAnswer(purpose, f"{exc}{limit}, after {seconds:.1f} s", result.content) from None
-    present = frozenset(_top_keys(result.content))
-    return JsonAnswer(got.value, got.dropped, present, seconds, got.notes, cut, result.content)
+    keys, closed = _top_keys(result.content)
+    return JsonAnswer(got.value, got.dropped, frozenset(keys), seconds, got.notes, cut, result.content, closed)
 
 
-def _top_keys(content: str) -> list[str]:
+def _top_keys(content: str) -> tuple[list[str], bool]:
+    """The answer's top-level keys, and whether it had to be closed to parse."""
+    closed = False
     try:
         data = extract_json(content)
     except (ValueError, json.JSONDecodeError):
+        closed = True
         try:
             data = close_cut(content)
         except ValueError:
-            return []
-    return list(data) if isinstance(data, dict) else []
+            return [], closed
+    return (list(data) if isinstance(data, dict) else []), closed
 
 
 def _first_error(exc: Exception) -> str:

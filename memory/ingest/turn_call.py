@@ -19,6 +19,7 @@ that is down or refuses is an outage, which the queue retries.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -69,7 +70,7 @@ async def ask_turn(llm: LLM, view: TurnView, now: datetime, *, max_facts: int = 
         if not ask.facts or _has_facts(got):
             return got.value
         kept, bad = got.value, got.content
-        why = ("it left the facts out" if "facts" not in got.present else f"its facts were malformed ({_notes(got)})")
+        why = f"it {_lost(got)}"
         why += " (cut at the token limit)" if got.cut else ""
     narrow = ask.facts_only()
     if narrow != ask:
@@ -85,7 +86,7 @@ async def ask_turn(llm: LLM, view: TurnView, now: datetime, *, max_facts: int = 
     except (UnusableAnswer, ModelTimedOut) as exc:
         raise UnusableAnswer(purpose, f"{why}; {label}: {_reason(exc)}") from None
     if not _has_facts(facts):
-        raise UnusableAnswer(purpose, f"{why}; {label}: {'left out' if 'facts' not in facts.present else 'malformed'}")
+        raise UnusableAnswer(purpose, f"{why}; {label}: it {_lost(facts)}")
     return (kept or TurnAnswer()).model_copy(update={"facts": facts.value.facts})
 
 
@@ -113,7 +114,22 @@ async def _call(llm: LLM, view: TurnView, now: datetime, ask: Ask, max_facts: in
 
 
 def _has_facts(got: JsonAnswer[TurnAnswer]) -> bool:
-    return "facts" in got.present and "facts" not in got.dropped
+    """The answer holds its facts: not left out, not malformed, and not a list that was open when
+    the answer stopped and closed empty (its first fact was cut off: "no facts" would be a lie
+    that nothing extracts later)."""
+    if "facts" not in got.present or "facts" in got.dropped:
+        return False
+    return bool(got.value.facts) or not got.closed or _EMPTY_FACTS.search(got.content) is not None
+
+
+def _lost(got: JsonAnswer[TurnAnswer]) -> str:
+    """How an answer lost its facts (for the log)."""
+    if "facts" not in got.present:
+        return "left the facts out"
+    return f"gave malformed facts ({_notes(got)})" if "facts" in got.dropped else "had its first fact cut off"
+
+
+_EMPTY_FACTS = re.compile(r'"facts"\s*:\s*\[\s*\]')
 
 
 def _notes(got: JsonAnswer) -> str:

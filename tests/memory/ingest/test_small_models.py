@@ -136,6 +136,17 @@ async def test_an_answer_cut_at_the_token_limit_keeps_what_it_completed(engine, 
     assert queue_states(store) == {"done": 1}
 
 
+async def test_a_facts_list_cut_before_its_first_fact_is_not_taken_for_no_facts(engine, store, fake_llm, clock, caplog):
+    # Closed after its last complete value, '{"facts": [' reads as "no facts": the turn would be
+    # done with nothing learnt and nothing to extract later.
+    fake_llm.responder = answers(CutShort('{"facts": ['))
+    with caplog.at_level(logging.WARNING):
+        await say(engine, clock, (DOG, "Nice!"))
+    assert len(ingest_requests(fake_llm)) == 2
+    assert fact_texts(store) and queue_states(store) == {"done": 1}
+    assert "it had its first fact cut off (cut at the token limit)" in "\n".join(r.getMessage() for r in caplog.records)
+
+
 async def test_the_cut_title_answer_is_narrowed_to_the_facts_alone(engine, store, fake_llm, clock, caplog):
     # Found: {"title": "1", ... cut at the token limit after 156 s; the turn went raw after 3 tries.
     long = DOG + " He loves running on the beach at Carcavelos every Sunday morning with my sister."
@@ -173,7 +184,7 @@ async def test_a_turn_whose_answers_stay_unusable_goes_raw_at_once_saying_why(en
     pending = store.read(lambda c: c.execute("SELECT count(*) FROM memories WHERE needs_facts").fetchone()[0])
     assert pending == 1                                  # the user's message: its facts are extracted later
     said = "\n".join(r.getMessage() for r in caplog.records)
-    assert "its facts were malformed (facts[0]: Field required) (cut at the token limit)" in said
+    assert "it gave malformed facts (facts[0]: Field required) (cut at the token limit)" in said
     assert "asked again: not JSON" in said
     assert "That answer was not valid" in ingest_requests(fake_llm)[1]["messages"][-1]["content"]
 
