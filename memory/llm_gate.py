@@ -27,6 +27,9 @@ policy is GateState, a pure state machine (time is an argument); ModelGate runs 
   calls hold slots. M * (1 - s) - s * R so stays within one
   call of zero: under sustained replies memory keeps a share s of the server's time, less one
   call, and a reply waits for at most one such memory call.
+- With several slots, memory owed its share (replies held slots while it waited) does not wait
+  for the grace when no reply waits: it takes up to ceil(s * S) slots at once, one slot still
+  left free, so busy chats whose reply calls never leave a gap as long as g do not starve it.
 - Stopping: close(MEMORY) refuses new memory calls and cuts the running ones (ModelStopped: the
   work stays queued for the next start); close() does so for every call.
 """
@@ -213,7 +216,18 @@ class GateState:
         if memory and not waiting_replies:
             room = slots - (1 if slots > 1 else 0)
             start_at = self.last_reply_end + self.grace()
-            if now < start_at:
+            if now < start_at and slots > 1 and self.owed(now):
+                # Replies held slots while memory waited and none waits now. With several slots
+                # the grace kept memory out for as long as reply calls followed each other within
+                # it (30 busy chats end one every few tenths of a second: ingest starved, issue
+                # 33): memory owed its share takes up to ceil(s * S) slots now, one still free.
+                cap = math.ceil(self.policy.memory_share * slots)
+                while (memory and len(self.held) < room
+                       and sum(1 for h in self.held.values() if h.kind == MEMORY) < cap):
+                    grant(memory.pop(0), False)
+                if memory:
+                    wake_at = start_at
+            elif now < start_at:
                 wake_at = start_at
             else:
                 while memory and len(self.held) < room:

@@ -121,3 +121,31 @@ def test_under_sustained_replies_memory_keeps_its_share_of_the_server(share, rep
     assert longest <= memory_s * (1 - share) / share + 2 * (reply_s + memory_s) + 1e-6
     # Nor does it take more while replies wait.
     assert memory <= share * (replies + memory) + edge
+
+
+def test_with_several_slots_memory_owed_its_share_does_not_wait_for_a_gap_between_replies() -> None:
+    """Found on the soak (30 busy chats, a slot for each): a reply call ended every few tenths of
+    a second, so memory, waiting for a grace after the last one, got in only by chance and the
+    backlog grew; replies never waited, so the guarantee never applied."""
+    gate = GateState(GatePolicy(slots=8, memory_share=0.25), now=0.0)
+    replies = [gate.arrive(REPLY, now=0.0) for _ in range(3)]
+    gate.decide(now=0.0)
+    gate.release(replies[0], now=0.2)
+    memory = [gate.arrive(MEMORY, now=0.2) for _ in range(3)]
+    assert gate.decide(now=0.2).granted == ()          # nothing owed yet: the grace holds
+    gate.release(replies[1], now=0.5)                   # replies held slots while memory waited
+    nxt = gate.arrive(REPLY, now=0.5)
+    decision = gate.decide(now=0.5)
+    assert (nxt, False) in decision.granted
+    assert [g for g, _ in decision.granted if g != nxt] == memory[:2]   # ceil(0.25 * 8) = 2 at once
+    assert decision.wake_at == 0.5 + GRACE_MIN          # the third waits for the grace as before
+
+
+def test_with_one_slot_memory_still_waits_the_grace_after_a_reply() -> None:
+    gate = GateState(GatePolicy(slots=1), now=0.0)
+    reply = gate.arrive(REPLY, now=0.0)
+    gate.decide(now=0.0)
+    memory = gate.arrive(MEMORY, now=0.0)
+    gate.release(reply, now=2.0)                        # memory waited while the reply held the slot
+    assert gate.decide(now=2.0).granted == ()
+    assert gate.decide(now=2.0 + GRACE_MIN).granted == ((memory, False),)
