@@ -59,7 +59,7 @@ class MemoryConfig(_Section):
     max_facts_per_turn: int = Field(20, ge=1, le=50)
     ingest_workers: int = Field(4, ge=1, le=64)  # spaces ingested at once (each space's turns stay in order)
     ingest_batch_tokens: int = Field(2000, ge=1, le=64_000)  # a space's queued turns share one LLM call up to this
-    ingest_backlog_max: int = Field(30, ge=0, le=1_000_000)  # turns due beyond which a new turn waits for ingest; 0 = never
+    ingest_backlog_max: int = Field(100, ge=0, le=1_000_000)  # turns due beyond which a new turn waits for ingest; 0 = never
     embed_piece_chars: int = Field(2000, ge=200, le=32_000)
     embed_max_pieces: int = Field(4, ge=1, le=64)
     keep_turn_text_days: float = Field(7.0, ge=1, le=3650)  # an ingested turn's words leave the ingest queue after this

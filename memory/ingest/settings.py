@@ -20,7 +20,7 @@ class IngestSettings:
     workers: int = 4                         # spaces ingested at once
     per_space: int = 16                      # a space's turns per claim (then it queues behind older ones)
     batch_tokens: int = 2000                 # a space's queued turns share one LLM call up to this size
-    backlog_max: int = 30                    # turns due beyond which a reply waits for ingest (0: never)
+    backlog_max: int = 100                   # turns due beyond which a reply waits for ingest (0: never)
     stall_seconds: float = 30.0              # ... unless no turn was ingested for this long (ingest stalled)
     fold_reconcile: bool = True              # False: close facts always go to the separate reconcile call
     poll_seconds: float = 5.0
