@@ -174,9 +174,8 @@ class Agent:
         failed = cancelled = cut = False
         llm_ms = 0.0
         try:
-            reply, tool_msgs, llm_ms, cut = await unless_cancelled(
-                asyncio.wait_for(self._loop(messages, ctx, self._shown_while_written(req)),
-                                 timeout=self.settings.turn_timeout), req.cancel)
+            reply, tool_msgs, llm_ms, cut = await unless_cancelled(self._within_turn_timeout(messages, ctx, req),
+                                                                   req.cancel)
             capped = cap_reply(reply, self.settings.max_reply_chars)
             cut, reply = cut or capped != reply, capped
             captured_msgs += tool_msgs
@@ -185,10 +184,11 @@ class Agent:
             reply, failed, cancelled = "", True, True
             proposals.clear()
         except TimeoutError:
-            # The whole turn, the wait for the model's slot included (memory/llm_gate.py logs a
-            # reply's long wait there): the one limit a person can hit that is not the model's own.
-            log.warning("turn %s: no reply within [agent] turn_timeout (%g s) from %s; a slow model needs it raised "
-                        "with [llm] first_token_timeout", req.turn_id, self.settings.turn_timeout,
+            # The turn until its answer is written, the wait for the model's slot included
+            # (memory/llm_gate.py logs a reply's long wait there): the one limit a person can hit
+            # that is not the model's own.
+            log.warning("turn %s: the answer had not started within [agent] turn_timeout (%g s) from %s; a slow "
+                        "model needs it raised with [llm] first_token_timeout", req.turn_id, self.settings.turn_timeout,
                         self.settings.model_address)
             reply, failed = prompts.TIMEOUT_APOLOGY.format(address=self.settings.model_address), True
         except LLMError as exc:
@@ -280,6 +280,22 @@ class Agent:
             return p.code
 
         return replace(ctx, propose=propose)
+
+    async def _within_turn_timeout(self, messages: list[dict], ctx: ToolContext,
+                                   req: TurnRequest) -> tuple[str, list[TurnMessage], float, bool]:
+        """`_loop` within [agent] turn_timeout until the answer's first words are written; from then
+        on the model's own limits bound it ([llm] timeout between two pieces, max_tokens), so a
+        slow model's reply the person watches grow is not cut off for time and replaced by an
+        apology (seen with llama.cpp on a busy CPU: 1,024 tokens at 8 tokens/s)."""
+        show = self._shown_while_written(req)
+        async with asyncio.timeout(self.settings.turn_timeout) as deadline:
+            def written(text: str) -> None:
+                if text.strip() and deadline.when() is not None:
+                    deadline.reschedule(None)
+                if show is not None:
+                    show(text)
+
+            return await self._loop(messages, ctx, written)
 
     def _shown_while_written(self, req: TurnRequest) -> Callable[[str], None] | None:
         """What of the reply being written goes to `req.on_text`: as the finished reply will be,
