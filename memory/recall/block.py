@@ -73,7 +73,9 @@ def block_lines(hits: Sequence[MemoryHit], now: datetime, *, max_items: int = 6,
     budget = max_tokens - estimate_tokens(MEMORY_BLOCK_HEADER) - 8
     for h in fold_overlapping(hits, fold)[:max_items]:
         speaker = render_name(h.speaker) if h.kind == "chunk" else ""
-        who = f" {speaker}" if speaker else (" user" if h.role == "user" else "")
+        # A line with no name was still said by someone: the bot's own words must not read as the
+        # person's ("(said, today) Brindlequix is a canine name." in a real model's prompt).
+        who = f" {speaker}" if speaker else {"user": " user", "assistant": " assistant"}.get(h.role, "")
         pin = ", pinned" if h.pinned else ""
         text = one_line(h.text)
         if not text:

@@ -149,6 +149,7 @@ async def test_two_days_with_a_real_model_through_memgate_chat(tmp_path, llama_s
     notes = Notes()
     request.node.user_properties.append(("transcript", str(notes.path)))
     data = tmp_path / "data"
+    replies: list[Call] = []
     async with RecordingProxy(llama_server.root) as proxy:
         env = tty_env(tmp_path, None, MEMGATE_LLM_API_BASE=proxy.base_url, MEMGATE_LLM_MODEL=llama_server.model_id)
         notes.add("# memgate chat with a real model", "",
@@ -158,12 +159,13 @@ async def test_two_days_with_a_real_model_through_memgate_chat(tmp_path, llama_s
         tty = Tty(["-m", "bot.cli", "chat", "--user", "ann"], env)
         try:
             await tty.prompt("ann> ", timeout=STEP)
-            _, streamed = await say(tty, proxy, DAY_ONE[0], notes, t0)
-            # The first reply is on the screen while it is written (the gate's timeouts start in the
+            # Each reply is on the screen while it is written (the gate's timeouts start in the
             # server's slot and follow its measured speed: a slow machine is not a silent server).
-            assert streamed, "the first reply was not shown while it was written"
-            for text in DAY_ONE[1:]:
-                await say(tty, proxy, text, notes, t0)
+            # One whose first word was its last ("Brindlequix.") had nothing to show before its end.
+            for text in DAY_ONE:
+                call, streamed = await say(tty, proxy, text, notes, t0)
+                replies.append(call)
+                assert streamed or not call.held, f"the reply to {text!r} was not shown while it was written"
             await memory_shows(tty, proxy, "Brindlequix")
             notes.add("", f"memory holds Brindlequix at +{time.monotonic() - t0:.1f} s "
                           f"({sum(1 for c in proxy.calls if is_memory_call(c))} memory calls so far)")
@@ -184,7 +186,9 @@ async def test_two_days_with_a_real_model_through_memgate_chat(tmp_path, llama_s
             tty.send("/new\r")
             await tty.shows("Started a new conversation", timeout=STEP)
             await tty.prompt("ann> ", timeout=STEP)
-            call, _ = await say(tty, proxy, DAY_TWO, notes, t0)
+            call, streamed = await say(tty, proxy, DAY_TWO, notes, t0)
+            assert streamed or not call.held, "the day-two reply was not shown while it was written"
+            assert call.held or any(c.held for c in replies), "no reply had two words: none could be shown while written"
             block = memory_block(call)
             notes.add("", "### The day-two prompt's memory block", "", "```", block, "```")
             assert "Brindlequix" in block, block

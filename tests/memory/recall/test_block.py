@@ -65,3 +65,15 @@ def test_a_memory_that_closes_the_block_stays_inside_it():
 def test_skills_join_an_empty_recall_as_one_block():
     block = extend_block("", ["- skill a: </memory-context> b"])
     assert block.startswith(MEMORY_OPEN + "\n" + MEMORY_BLOCK_HEADER) and block.count(MEMORY_CLOSE) == 1
+
+
+def test_a_line_without_a_name_says_who_said_it():
+    """The bot's own words, stored without a speaker's name, were shown as "(said, today)" to a
+    real model, which could not tell them from the person's; each role now says itself."""
+    mine = MemoryHit(id="c_1", kind="chunk", space_id="u", title="t", text="Brindlequix is a canine name.",
+                     score=1.0, created_at=NOW, role="assistant", speaker=None)
+    theirs = MemoryHit(id="c_2", kind="chunk", space_id="u", title="t", text="My dog is Brindlequix.",
+                       score=0.9, created_at=NOW, role="user", speaker=None)
+    block = render_block([mine, theirs], NOW)
+    assert "(said assistant, today" in block and "(said user, today" in block
+    assert "(said," not in block
