@@ -47,10 +47,19 @@ class Warmer:
         self._thread: threading.Thread | None = None
         self._idle = threading.Event()
         self._idle.set()
+        self._stopped = False
+        # A build still reading when the process ends aborted it ("terminate called without an
+        # active exception", exit -6, after `memgate memory import` asked for its spaces' files):
+        # the store's close waits for the build in hand and no other starts.
+        before_close = getattr(store, "before_close", None)
+        if before_close is not None:
+            before_close(self.stop)
 
     def want(self, spaces: Iterable[str]) -> None:
         """Build the files of `spaces` that have none (and enough rows), in the background."""
         with self._mine:
+            if self._stopped:
+                return
             for s in spaces:
                 if s not in self._wanted:
                     self._wanted[s] = self._gen(s)
@@ -71,6 +80,15 @@ class Warmer:
             for s in spaces:
                 self._generation[s] = self._generation.get(s, 0) + 1
                 self._wanted.pop(s, None)
+
+    def stop(self) -> None:
+        """No build starts from now on; the one in hand is finished (its file is only a cache)."""
+        with self._mine:
+            self._stopped = True
+            self._wanted.clear()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until no build is left (benches, tests); False on timeout."""

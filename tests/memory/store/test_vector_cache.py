@@ -301,3 +301,19 @@ async def test_an_import_has_the_file_of_its_space_built_before_the_first_questi
         assert cache.settled(120)
         assert cache._file("u:b").exists() and not cache._file("u:a").exists()
         cache.close()
+
+
+def test_closing_the_store_waits_for_the_build_in_hand_and_starts_no_other(db):
+    """`memgate memory import` asked for its space's file and exited while the build read the
+    store: the process aborted (exit -6, "terminate called without an active exception")."""
+    rng = np.random.default_rng(11)
+    store = Store(db, DIM)
+    add(store, rng, "A", 3000)
+    cache = VectorCache(store, persist_min_rows=100)
+    warmer = cache._warmer
+    cache.warm(["A"])
+    thread = warmer._thread
+    store.close()
+    assert thread is not None and not thread.is_alive()     # finished or never past its start
+    cache.warm(["A"])                                       # after close: nothing starts
+    assert warmer._thread is thread
