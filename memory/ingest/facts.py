@@ -15,6 +15,7 @@ import numpy as np
 from pydantic import BaseModel, Field, field_validator
 
 from memory.store.keywords import keyword_candidates
+from memory.store.postings_cache import PostingsCache
 from memory.store.rows import NewMemory, add_sources, bump_seq, insert_memories, new_id, utc_naive
 from memory.recall.block import humanize_age
 from memory.store.connection import Conn
@@ -139,10 +140,12 @@ def keep_statements(facts: Sequence[ExtractedFact], limit: int = MAX_FACTS_PER_T
 
 def find_existing(con: Conn, space_id: str, facts: Sequence[ExtractedFact], vectors: np.ndarray,
                   vector_threshold: float, overlap_threshold: float = 0.5, *,
-                  candidates: Candidates = vector_candidates) -> list[Existing]:
+                  candidates: Candidates = vector_candidates, keywords: PostingsCache | None = None) -> list[Existing]:
     """Existing active facts close to any new one: top-5 by vector above the threshold plus
     top-5 by keyword sharing at least half the new fact's terms; at most 60 in all.
-    `candidates` finds the vector side (the store's VectorCache gives the SQL path's rows)."""
+    `candidates` finds the vector side (the store's VectorCache gives the SQL path's rows);
+    `keywords`, the store's postings cache, scores the keyword side from memory and holds the
+    rows written since the index's build (memory/store/fresh_rows.py)."""
     found: dict[str, None] = {}
     for fact, vec in zip(facts, vectors):
         for fid, sim in candidates(con, vec, [space_id], 5, ["fact"]):
@@ -150,7 +153,7 @@ def find_existing(con: Conn, space_id: str, facts: Sequence[ExtractedFact], vect
                 found.setdefault(fid)
         terms = query_terms(fact.text)
         if terms:
-            kw = keyword_candidates(con, terms, [space_id], 5, ["fact"])
+            kw = keyword_candidates(con, terms, [space_id], 5, ["fact"], cache=keywords)
             if kw:
                 texts = dict(con.execute("SELECT id, text FROM memories WHERE id IN (SELECT unnest(?))",
                                          [[i for i, _ in kw]]).fetchall())

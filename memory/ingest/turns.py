@@ -29,6 +29,7 @@ from memory.ingest.turn_prompt import MAX_KNOWN, Ask, BatchMates, Shown, TurnAns
 from memory.llm import LLM, charged_to
 from memory.llm_json import complete_json
 from memory.store.connection import Conn, Store
+from memory.store.postings_cache import postings_for
 from memory.store.rows import NewMemory, insert_memories, new_id, utc_naive
 from memory.store.vectors import cache_for
 from memory.tasks.boundary import TaskGist, gist_for, next_gist, store_verdicts, wants_verdict
@@ -175,7 +176,7 @@ class TurnIngest:
             if users and s.fold_reconcile:
                 probes = [F.ExtractedFact(text=d.msg.text) for d in users]
                 known = F.find_existing(con, space_id, probes, vecs[len(live):], s.fact_candidate_threshold,
-                                        candidates=self._candidates)
+                                        candidates=self._candidates, keywords=postings_for(self.store))
         needs_title = [d for d in live if d.msg.role != "tool" and len(d.msg.text) > s.title_min_chars]
         rules_turn = _rules_turn(turn)
         step = wants_verdict(gist, rules_turn, self.task_gap) if self.task_gap is not None else None
@@ -245,7 +246,7 @@ class TurnIngest:
         plan = F.FactPlan(facts=new_facts, vectors=fvecs, sources=sources)
         plan.existing = self.store.read(
             lambda c: F.find_existing(c, space_id, new_facts, fvecs, self.settings.fact_candidate_threshold,
-                                      candidates=self._candidates))
+                                      candidates=self._candidates, keywords=postings_for(self.store)))
         if shown and {e.id for e in plan.existing} <= {e.id for e in shown}:
             plan.existing = shown  # the ids the call answered with
             return plan, folded_decisions(new_facts), True

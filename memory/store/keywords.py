@@ -29,12 +29,14 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections import Counter, OrderedDict
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
 from memory.store.connection import Conn, Store
 from memory.store.dialect import dialect_of
-from memory.store.tokens import STEM_SQL, TOKENS_SQL, build_scratch, stem_terms, stems_of
+from memory.store.fresh_rows import FreshRows
+from memory.store.tokens import STEM_SQL, TOKENS_SQL, build_scratch, stem_terms
 from memory.store.postings_cache import DICT, POSTINGS, STATS, WATERMARK_KEY, PostingsCache, bump_generation, index_version
 
 log = logging.getLogger(__name__)
@@ -171,9 +173,17 @@ class _Lru:
 
 # Query term -> stem, by DuckDB's own stemmer (the one the index used). Deterministic.
 _stems = _Lru(20_000)
-# (id, seq) -> (space, kind, token counts) of rows written since a build: tokenised once, not
-# at every query. Keyed by the id too, so stores in one process never mix (ids are random).
-_fresh_tokens = _Lru(100_000)
+# The fresh rows of each store, beside (and gone with) its postings cache: one per store.
+_fresh_of: weakref.WeakKeyDictionary[PostingsCache, FreshRows] = weakref.WeakKeyDictionary()
+_fresh_lock = threading.Lock()
+
+
+def fresh_rows_of(cache: PostingsCache) -> FreshRows:
+    with _fresh_lock:
+        got = _fresh_of.get(cache)
+        if got is None:
+            got = _fresh_of[cache] = FreshRows()
+        return got
 
 
 def _stem(terms: Sequence[str]) -> list[str]:
@@ -184,9 +194,9 @@ def _stem(terms: Sequence[str]) -> list[str]:
 
 
 def keyword_candidates(con: Conn, terms: Sequence[str], space_ids: Sequence[str], limit: int,
-                       kinds: Sequence[str] | None = None) -> list[tuple[str, float]]:
+                       kinds: Sequence[str] | None = None, cache: PostingsCache | None = None) -> list[tuple[str, float]]:
     """Top `limit` (id, bm25) among active memories of the allowed spaces."""
-    return keyword_search(con, terms, space_ids, limit, kinds)[0]
+    return keyword_search(con, terms, space_ids, limit, kinds, cache=cache)[0]
 
 
 def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], limit: int,
@@ -218,26 +228,26 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
     if stats is None:
         stats = _index_stats(con, stems) if wm > 0 else (0, 0, dict.fromkeys(stems, 0))
     n, total_len, df = stats
-    fresh = _fresh_rows(con, wm)
-    n += len(fresh)
-    total_len += sum(r[4] for r in fresh)
-    for _, _, _, counts, _, _ in fresh:
+    # The fresh rows as this connection sees them, held per store beside its postings cache.
+    fresh = fresh_rows_of(cache) if cache is not None else FreshRows()
+    with fresh.synced(con, wm) as rows_now:
+        n += rows_now.n
+        total_len += rows_now.total_len
         for t in stems:
-            if t in counts:
-                df[t] += 1
-    avgdl = max(total_len / max(1, n), 1e-9)
-    idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in stems}
+            df[t] += rows_now.df(t)
+        avgdl = max(total_len / max(1, n), 1e-9)
+        idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in stems}
+        # (id, score, seq): ties go to the older row version (its seq), so the order of equal
+        # scores depends on what was written when, never on random ids.
+        scored: list[tuple[str, float, int]] = []
+        for seq, row in rows_now.having(stems):
+            if row.space in allowed and (kinds_ok is None or row.kind in kinds_ok):
+                counts = row.counts
+                score = sum(_bm25(idf[t], counts[t], row.length, avgdl) for t in stems if t in counts)
+                if score:
+                    scored.append((row.id, score, seq))
     if stats_out is not None:
         stats_out.update(idf=idf, df={t: df[t] for t in stems}, avgdl=avgdl)
-
-    # (id, score, seq): ties go to the older row version (its seq), so the order of equal
-    # scores depends on what was written when, never on random ids.
-    scored: list[tuple[str, float, int]] = []
-    for doc, space, kind, counts, length, seq in fresh:
-        if space in allowed and (kinds_ok is None or kind in kinds_ok):
-            score = sum(_bm25(idf[t], counts[t], length, avgdl) for t in stems if t in counts)
-            if score:
-                scored.append((doc, score, seq))
     rows: dict[str, tuple] = {}
     extra: dict[str, tuple] = {}
     if wm > 0:
@@ -277,35 +287,6 @@ def _index_stats(con: Conn, stems: list[str]) -> tuple[int, int, dict[str, int]]
     df = dict.fromkeys(stems, 0)
     df.update({r[2]: int(r[3]) for r in rows if r[2] is not None})
     return int(rows[0][0]), int(rows[0][1]), df
-
-
-def _fresh_rows(con: Conn, wm: int) -> list[tuple[str, str, str, Counter, int, int]]:
-    """Active rows written since the build, all spaces (N, df and avgdl count them all):
-    (id, space, kind, token counts, length, seq). Rows seen before come from the token cache."""
-    rows = con.execute(f"SELECT id, seq FROM memories WHERE seq > {int(wm)} AND status = 'active'").fetchall()
-    known = [(i, seq, _fresh_tokens.get((i, seq))) for i, seq in rows]
-    missing = [seq for _, seq, got in known if got is None]
-    if missing:
-        made = {}
-        for i, seq, space, kind, toks in _fresh_tokens_of(con, missing):
-            counts = Counter(toks or ())
-            made[(i, seq)] = (space, kind, counts, sum(counts.values()))
-            _fresh_tokens.put((i, seq), made[(i, seq)])
-        known = [(i, seq, got if got is not None else made.get((i, seq))) for i, seq, got in known]
-    # Rows without a token do not count, as in the index.
-    return [(i, got[0], got[1], got[2], got[3], seq) for i, seq, got in known if got is not None and got[3]]
-
-
-def _fresh_tokens_of(con: Conn, seqs: Sequence[int]) -> list[tuple]:
-    """(id, seq, space, kind, stems) of these memory versions."""
-    in_list = ", ".join(str(int(x)) for x in seqs)
-    if dialect_of(con).postgres:
-        rows = con.execute(f"SELECT id, seq, space_id, kind, search_text FROM memories WHERE seq IN ({in_list})").fetchall()
-        return [(*r[:4], toks) for r, toks in zip(rows, stems_of([r[4] for r in rows]))]
-    return con.execute(f"""
-        SELECT id, seq, space_id, kind, list({STEM_SQL.format(tok='tok')}) FILTER (WHERE tok <> '')
-        FROM (SELECT id, seq, space_id, kind, {TOKENS_SQL} AS tok FROM memories WHERE seq IN ({in_list}))
-        GROUP BY id, seq, space_id, kind""").fetchall()
 
 
 def _index_top(con: Conn, stems: list[str], idf: dict[str, float], avgdl: float, space_ids: Sequence[str],
