@@ -34,6 +34,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.progress import bar  # noqa: E402
+from bench.soak import percentile  # noqa: E402
 from bot.app import build_app  # noqa: E402
 from bot.config import load_settings  # noqa: E402
 from bot.message import Message, Reply  # noqa: E402
@@ -66,11 +67,6 @@ class TimedChannel(RecordingChannel):
         waiter = self.waiters.pop(reply.reply_to or "", None)
         if waiter is not None and not waiter.done():
             waiter.set_result(time.perf_counter())
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 async def person(channel: TimedChannel, chat: int, messages: int) -> list[float]:

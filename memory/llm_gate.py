@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from memory.errors import ModelStopped
+from memory.interrupt import until_set
 from memory.llm_pace import Pace
 
 log = logging.getLogger(__name__)
@@ -286,15 +287,7 @@ class ModelGate:
             if kind == REPLY and lease.started - since > LOG_REPLY_WAIT:
                 log.info("a reply waited %.1f s for a slot at the model %s", lease.started - since, self.name)
             try:
-                task = asyncio.ensure_future(call(lease))
-                cut = asyncio.ensure_future(lease.revoked.wait())
-                try:
-                    await asyncio.wait({task, cut}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    cut.cancel()
-                    if not task.done():
-                        task.cancel()
-                        await asyncio.gather(task, return_exceptions=True)
+                task = await until_set(call(lease), lease.revoked)
                 if not task.cancelled():
                     return task.result()
             finally:

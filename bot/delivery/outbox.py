@@ -31,6 +31,7 @@ from bot.channel import DRAFT, DRAFT_DROP, Channel
 from bot.delivery.cluster import Cluster
 from bot.delivery.drafts import DRAFT_MIGRATIONS, take_draft
 from bot.delivery.inbox import PERSON_CONVERSATIONS, Inbox, InboxStatus
+from bot.delivery.passes import PassLoop
 from bot.errors import ChannelError, StoreWriteError
 from bot.message import Document, Image, Reply
 from bot.observe import NoObserver, TurnObserver
@@ -167,8 +168,8 @@ FORGOTTEN = "[forgotten]"
 OUTBOX_WRITES = "memgate.outbox"
 
 
-class Outbox:
-    """Writes replies durably and delivers them, in order, with retries."""
+class Outbox(PassLoop):
+    """Writes replies durably and delivers them, in order, with retries (`start`: in the background)."""
 
     def __init__(self, store: Store, channels: Mapping[str, Channel], *, clock: Callable[[], datetime],
                  settings: OutboxSettings | None = None, observer: TurnObserver | None = None,
@@ -184,8 +185,7 @@ class Outbox:
         # Parts delivered whose "sent" could not be written (disk full): recorded before any
         # further send of their conversation, so a full disk never makes a reply go out twice.
         self._unrecorded: dict[int, datetime] = {}
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        super().__init__("outbox", self.settings.poll)
 
     # --- writing -----------------------------------------------------------------------------
     def split(self, reply: Reply) -> list[Reply]:
@@ -267,34 +267,14 @@ class Outbox:
         return self.store.write(write, serial=OUTBOX_WRITES)
 
     # --- delivering --------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Deliver what a previous run left, then keep retrying what is due."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="outbox")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                for key in await asyncio.to_thread(self._due_conversations):
-                    await self.flush(key)
-            except StoreWriteError as exc:
-                log.warning("outbox: the store cannot be written (%s); retrying", exc)
-            except Exception:
-                log.exception("outbox: delivery pass failed")
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.settings.poll)
-            except TimeoutError:
-                pass
+    async def one_pass(self) -> float:
+        """Deliver what is due (a previous run's too); a retry not yet due waits for a later pass."""
+        try:
+            for key in await asyncio.to_thread(self._due_conversations):
+                await self.flush(key)
+        except StoreWriteError as exc:
+            log.warning("outbox: the store cannot be written (%s); retrying", exc)
+        return self.settings.poll
 
     def _due_conversations(self) -> list[str]:
         now = utc_naive(self.clock())

@@ -18,7 +18,6 @@ stays due and goes out when a terminal is open again (at the next start, or atta
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -26,6 +25,7 @@ from datetime import datetime, timedelta
 
 from bot.channel import Channel, KnowsReaders
 from bot.delivery.outbox import OUTBOX_WRITES, Outbox
+from bot.delivery.passes import PassLoop
 from bot.errors import StoreError
 from bot.message import Reply
 from bot.reminders.store import Reminder, select_reminders
@@ -43,7 +43,7 @@ class DeliverySettings:
     batch: int = 100                  # reminders claimed per transaction
 
 
-class ReminderDelivery:
+class ReminderDelivery(PassLoop):
     """Sends due reminders through the outbox; `run_due` is one pass, `start` loops."""
 
     def __init__(self, store: Store, outbox: Outbox, channels: Mapping[str, Channel], *,
@@ -55,38 +55,19 @@ class ReminderDelivery:
         self.settings = settings or DeliverySettings()
         self.started_at = clock()
         self.sent = 0
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        super().__init__("reminders", self.settings.poll_seconds)
 
     async def start(self) -> None:
-        if self._task is None:
+        if not self.running:
             self.started_at = self.clock()
-            self._task = asyncio.create_task(self._loop(), name="reminders")
+        await super().start()
 
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    def wake(self) -> None:
-        """Look again now (a reminder was set or a terminal opened)."""
-        self._wake.set()
-
-    async def _loop(self) -> None:
-        while True:
-            wait = self.settings.poll_seconds
-            try:
-                wait = await self.run_due()
-            except StoreError as exc:
-                log.warning("reminders: the store is not available (%s); retrying", exc)
-            except Exception:
-                log.exception("reminders: a delivery pass failed")
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), max(0.05, wait))
-            except TimeoutError:
-                pass
+    async def one_pass(self) -> float:
+        try:
+            return await self.run_due()
+        except StoreError as exc:
+            log.warning("reminders: the store is not available (%s); retrying", exc)
+            return self.settings.poll_seconds
 
     async def run_due(self) -> float:
         """Queue every reminder due now that can be delivered; the seconds until the next look."""

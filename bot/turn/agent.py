@@ -26,6 +26,7 @@ from bot.turn.tools import ToolBox, ToolContext
 from memory import prompts
 from memory.ingest.capture import CapturedTurn, TurnMessage
 from memory.engine import MemoryEngine
+from memory.interrupt import until_set
 from memory.errors import LLMError, ModelNotRouted, ModelSilent, ModelTurnedDown, ModelUnreachable
 from memory.llm import LLM, charged_to
 from memory.recall.block import extend_block
@@ -97,15 +98,7 @@ async def unless_cancelled(work: Awaitable[T], cancel: asyncio.Event | None) -> 
     awaited: an LLM call in flight is closed, not left running)."""
     if cancel is None:
         return await work
-    task = asyncio.ensure_future(work)
-    stop = asyncio.ensure_future(cancel.wait())
-    try:
-        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+    task = await until_set(work, cancel)
     if task.cancelled():
         raise TurnCancelled
     return task.result()
