@@ -144,21 +144,25 @@ def model_lines(settings: Settings, check: ModelCheck) -> list[tuple[bool, str, 
     elif m.failure is None:
         lines.append((False, f"memory call: {model} answered a sample turn that states a fact with no fact "
                              f"({m.seconds:.1f} s): memory would keep turns but learn nothing from them",
-                      _memory_fix(c.memory_model)))
+                      _memory_fix(settings)))
     elif isinstance(m.failure, (ModelSilent, ModelUnreachable, ModelTimedOut)) or "Timeout" in type(m.failure).__name__:
         lines.append((False, f"memory call: {model} at {where} gave no answer within {c.timeout:g} s ([llm] timeout)",
-                      "a bigger timeout for a slow model ([llm] timeout), or " + _memory_fix(c.memory_model)))
+                      "a bigger timeout for a slow model ([llm] timeout), or " + _memory_fix(settings)))
     elif isinstance(m.failure, UnusableAnswer):
         lines.append((False, f"memory call: {model}'s JSON for a sample turn is not usable ({m.failure.reason[:200]}): "
-                             "every turn would be kept raw", _memory_fix(c.memory_model)))
+                             "every turn would be kept raw", _memory_fix(settings)))
     else:
         lines.append(refusal("memory call:", model, key, settings, m.failure, check.listed, api_base=base))
     return lines
 
 
-def _memory_fix(memory_model: str) -> str:
-    return ("a model that follows JSON instructions for memory work: [llm] memory_model (MEMGATE_LLM_MEMORY_MODEL)"
-            + (" (set now)" if memory_model else "") + ", or [llm] memory_llm = false to keep turns raw without trying")
+def _memory_fix(settings: Settings) -> str:
+    """Another model for memory work, under the key that names it now (setting both is refused)."""
+    own = bool(settings.memory.llm_model)
+    key = "[memory] llm_model (MEMGATE_MEMORY_LLM_MODEL)" if own else "[llm] memory_model (MEMGATE_LLM_MEMORY_MODEL)"
+    return (f"a model that follows JSON instructions for memory work: {key}"
+            + (" (set now)" if own or settings.llm.memory_model else "")
+            + ", or [llm] memory_llm = false to keep turns raw without trying")
 
 
 def refusal(label: str, model: str, key: str, settings: Settings, exc: BaseException,

@@ -65,3 +65,14 @@ async def test_memory_calls_switched_off_are_said_and_not_tried(tmp_path):
         code, out = await doctor(tmp_path, server.base_url, MEMGATE_LLM_MEMORY_LLM="false")
     assert "[ok] memory calls are off ([llm] memory_llm = false)" in out, out
     assert not any("Brindlequix" in str(r["messages"]) for r in server.requests)
+
+
+async def test_a_memory_model_at_its_own_address_is_fixed_with_its_own_key(tmp_path):
+    # [memory] llm_model is set: the fix names that key, not [llm] memory_model (setting both is refused).
+    async with FakeLLM(brain.respond) as replies, FakeLLM(lambda body: "Sure! The user has a dog.") as memory:
+        code, out = await doctor(tmp_path, replies.base_url, MEMGATE_MEMORY_LLM_MODEL="small-model",
+                                 MEMGATE_MEMORY_LLM_API_BASE=memory.base_url)
+    line = memory_line(out)
+    assert line.startswith("[FAIL] memory call: small-model's JSON for a sample turn is not usable"), out
+    fix = out.split(line + "\n", 1)[1].splitlines()[0]
+    assert "[memory] llm_model (MEMGATE_MEMORY_LLM_MODEL) (set now)" in fix and "[llm] memory_model" not in fix, out
