@@ -64,15 +64,17 @@ _NOT_AN_EVENT_EN = frozenset("""
 _NOT_AN_EVENT_ZH = re.compile(r"(?:上午|下午|早上|晚上|中午|凌晨|傍晚|今晚)?[〇零一二两三四五六七八九十\d]+点(?:半|[〇零一二三四五六七八九十\d]+分?)?|"
                               r"上午|下午|早上|晚上|中午|凌晨|傍晚|再见|拜拜|回头|到时候?|晚安|下次|改天|再聊|见|聊|[我你您他她它们咱的了是在就那这和跟一起好吗嘛吧呢啊呀啦咯喽哦嗯噢哈再又还也]")
 _SENTENCE_END = re.compile(r"[.!?;。！？；\n]")
+_CLAUSE_END = re.compile(r"[.!?;。！？；\n,、]")   # full-width ， is "," once normalised
 _WORD = re.compile(r"[a-z]+(?:'[a-z]+)?|[\u3400-\u9fff]")
 
 
-def names_something_that_happens(s: str, start: int, end: int) -> bool:
-    """Whether the sentence of the normalised text `s` holding the day piece s[start:end] holds,
-    besides that day, a word of an event: not only leave-takings, greetings, small words and
-    times (see _NOT_AN_EVENT_EN). "see you friday! my exam is on monday" has one, on monday."""
-    before = [m.end() for m in _SENTENCE_END.finditer(s, 0, start)]
-    after = _SENTENCE_END.search(s, end)
+def names_something_that_happens(s: str, start: int, end: int, stops: re.Pattern[str] = _SENTENCE_END) -> bool:
+    """Whether the sentence (or with `stops` _CLAUSE_END, the clause) of the normalised text `s`
+    holding the day piece s[start:end] holds, besides that day, a word of an event: not only
+    leave-takings, greetings, small words and times (see _NOT_AN_EVENT_EN). "see you friday! my
+    exam is on monday" has one, on monday."""
+    before = [m.end() for m in stops.finditer(s, 0, start)]
+    after = stops.search(s, end)
     rest = s[before[-1] if before else 0:start] + " " + s[end:after.start() if after else len(s)]
     rest = _NOT_AN_EVENT_ZH.sub(" ", rest)
     return any(w not in _NOT_AN_EVENT_EN for w in _WORD.findall(rest))
@@ -97,14 +99,19 @@ def is_quiet(local: datetime, window: tuple[time, time]) -> bool:
 
 def event_day(text: str, said_at: datetime, zone: ZoneInfo) -> date | None:
     """The day of a plan or event in `text`, read relative to when it was said; None when there is none
-    (or only a day that was not ahead then)."""
+    (or only a day that was not ahead then). A day whose own clause names the event wins over one
+    that only shares its sentence with it: "明天见，我周五考试" (see you tomorrow, I have an exam on
+    Friday) is about Friday; "on Friday, I have an exam", with no other day, still Friday."""
     s = normalise(text)
     if _PAST.search(s):
         return None  # "I went there on Monday": told, not planned
     said = said_at.astimezone(zone).date()
     read_to = 0  # the end of the last day piece read: its tail ("周二" of "下周二") is not another day
+    shared: tuple[date, int] | None = None  # a day whose sentence names an event, and where that sentence ends
     for m in _STARTS.finditer(s):  # only where a day piece can begin: cheap on text with none
         i = m.start()
+        if shared is not None and i >= shared[1]:
+            return shared[0]  # no day of its sentence had the event in its own clause
         if i < read_to or (i and s[i - 1].isascii() and s[i - 1].isalnum()):
             continue  # inside an English word
         p = Parts()
@@ -121,9 +128,14 @@ def event_day(text: str, said_at: datetime, zone: ZoneInfo) -> date | None:
         days = days_named(p, said)
         read_to = end
         # Ahead when said, or the very day when a weekday or a date names it ("my exam is on Friday", on a Friday).
-        if isinstance(days, list) and days and days[0] >= said and names_something_that_happens(s, i, end):
+        if not (isinstance(days, list) and days and days[0] >= said):
+            continue
+        if names_something_that_happens(s, i, end, _CLAUSE_END):
             return days[0]
-    return None
+        if shared is None and names_something_that_happens(s, i, end):
+            after = _SENTENCE_END.search(s, end)
+            shared = (days[0], after.start() if after else len(s))
+    return shared[0] if shared else None
 
 
 @dataclass(frozen=True, slots=True)

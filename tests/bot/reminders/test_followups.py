@@ -28,6 +28,9 @@ SAID = datetime(2026, 5, 6, 2, 0, tzinfo=UTC)   # Wednesday 10:00 in Shanghai
     ("ok, friday then", None), ("good night, talk tomorrow", None), ("那就周五吧", None),
     ("see you friday! my exam is on monday", "2026-05-11"), ("Friday is my sister's wedding", "2026-05-08"),
     ("明天下午三点开会", "2026-05-07"), ("on Friday, I have an exam", "2026-05-08"),
+    # A farewell's day gives way to the plan's beside it (not tomorrow: "明天见，我周五考试").
+    ("明天见，我周五考试", "2026-05-08"), ("see you tomorrow, my exam is on Friday", "2026-05-08"),
+    ("On Friday, I have an exam. Next Tuesday I fly to Lisbon", "2026-05-08"),
 ])
 def test_the_day_of_a_plan_is_read_from_what_was_said(text, day):
     got = event_day(text, SAID, SHANGHAI)
@@ -63,6 +66,21 @@ def test_a_parting_with_a_day_is_no_plan_and_a_plan_with_a_day_is(chinese, which
     text = texts[which % len(texts)].format(d=days[day % len(days)])
     got = event_day(text, SAID, SHANGHAI)
     assert (got is not None) == plan, text
+
+
+@given(st.booleans(), st.integers(0, 100), st.integers(0, 100), st.integers(0, 100), st.integers(0, 100), st.booleans())
+def test_a_partings_day_gives_way_to_the_plans_day_beside_it(chinese, parting, parting_day, plan, plan_day, parting_first):
+    """A leave-taking and a plan in one sentence, each with its day, in either order: the follow-up
+    is about the plan's day ("明天见，我周五考试" was read as tomorrow's)."""
+    days = ZH_DAYS if chinese else EN_DAYS
+    partings = ZH_PARTINGS if chinese else EN_PARTINGS
+    plans = ZH_PLANS if chinese else [p for p in EN_PLANS if "," not in p]   # the plan's day in its own clause
+    said_plan = plans[plan % len(plans)].format(d=days[plan_day % len(days)])
+    said_parting = partings[parting % len(partings)].format(d=days[parting_day % len(days)])
+    text = (said_parting, said_plan) if parting_first else (said_plan, said_parting)
+    text = ("，" if chinese else ", ").join(text)
+    expected = event_day(said_plan, SAID, SHANGHAI)
+    assert expected is not None and event_day(text, SAID, SHANGHAI) == expected, text
 
 
 @given(st.times(), st.times(), st.times())
