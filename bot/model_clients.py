@@ -23,6 +23,11 @@ def make_embedder(settings: Settings) -> Embedder:
     return LocalE5Embedder(**bounds)
 
 
+# The answer length of a memory call that names none of its own (each ingest, task and skill call
+# names its own): [llm] max_tokens is the reply's, and a short one must not cut memory's JSON.
+MEMORY_ANSWER_TOKENS = 1024
+
+
 def make_llm(settings: Settings, recorder: UsageRecorder | None, *, memory: bool = False,
              gates: ModelGates | None = None) -> LiteLLM | None:
     """The reply LLM (or the memory LLM); None when no model is configured. With `gates`, its
@@ -46,7 +51,10 @@ def make_llm(settings: Settings, recorder: UsageRecorder | None, *, memory: bool
     # A reply has a person waiting: streamed, so a silent server is told after first_token_timeout,
     # and an outage is not retried. Memory work runs in the background with its retries, except
     # after a timeout: the same call takes as long again, so it asks for less (memory.ingest.turn_call).
+    # Memory calls share [llm]'s retries and temperature; their timeout is [memory] llm_timeout when set.
+    timeout = (m.llm_timeout or c.timeout) if memory else c.timeout
     return LiteLLM(LLMSettings(model=model, api_base=api_base or None, api_key=key,
-                               timeout=c.timeout, retries=c.retries, temperature=c.temperature,
-                               max_tokens=c.max_tokens, first_token_timeout=None if memory else c.first_token_timeout,
+                               timeout=timeout, retries=c.retries, temperature=c.temperature,
+                               max_tokens=MEMORY_ANSWER_TOKENS if memory else c.max_tokens,
+                               first_token_timeout=None if memory else c.first_token_timeout,
                                retry_outages=memory, retry_timeouts=not memory), sink=recorder.add if recorder else None, gate=gate)

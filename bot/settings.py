@@ -69,6 +69,7 @@ class MemoryConfig(_Section):
     llm_model: str = ""
     llm_api_base: str = ""              # its OpenAI-compatible server; empty = its provider's own address
     llm_concurrency: int = Field(0, ge=0, le=256)  # calls that server gets at once; 0 = 1 on this machine, 8 hosted
+    llm_timeout: float = Field(0.0, ge=0, le=3600)  # seconds a memory call may take (any memory model); 0 = [llm] timeout
 
     @model_validator(mode="after")
     def _search_bounds(self) -> MemoryConfig:

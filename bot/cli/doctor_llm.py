@@ -146,8 +146,11 @@ def model_lines(settings: Settings, check: ModelCheck) -> list[tuple[bool, str, 
                              f"({m.seconds:.1f} s): memory would keep turns but learn nothing from them",
                       _memory_fix(settings)))
     elif isinstance(m.failure, (ModelSilent, ModelUnreachable, ModelTimedOut)) or "Timeout" in type(m.failure).__name__:
-        lines.append((False, f"memory call: {model} at {where} gave no answer within {c.timeout:g} s ([llm] timeout)",
-                      "a bigger timeout for a slow model ([llm] timeout), or " + _memory_fix(settings)))
+        timeout = settings.memory.llm_timeout or c.timeout
+        named = "[memory] llm_timeout" if settings.memory.llm_timeout else "[llm] timeout"
+        lines.append((False, f"memory call: {model} at {where} gave no answer within {timeout:g} s ({named})",
+                      "a bigger timeout for a slow model ([memory] llm_timeout: memory calls alone), or "
+                      + _memory_fix(settings)))
     elif isinstance(m.failure, UnusableAnswer):
         lines.append((False, f"memory call: {model}'s JSON for a sample turn is not usable ({m.failure.reason[:200]}): "
                              "every turn would be kept raw", _memory_fix(settings)))

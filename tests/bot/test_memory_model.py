@@ -76,3 +76,26 @@ def test_a_memory_key_written_in_the_file_is_refused_as_a_secret(tmp_path) -> No
         load_settings(config, env={"MEMGATE_DATA_DIR": str(tmp_path)})
     assert "memory.llm_api_key" in str(caught.value) and "MEMGATE_MEMORY_LLM_API_KEY" in str(caught.value)
     assert "sk-oops" not in str(caught.value)
+
+
+
+async def test_a_short_reply_length_does_not_cut_memorys_json(tmp_path, fake_llm) -> None:
+    """[llm] max_tokens is the reply's: the reconcile call, which names no length of its own, took
+    it (64 tokens cut its JSON); memory calls now have their own."""
+    from bot.model_clients import make_llm
+
+    settings = load_settings(None, env=env_for(tmp_path, fake_llm, MEMGATE_LLM_MAX_TOKENS="64"))
+    await make_llm(settings, None, memory=True).complete([{"role": "user", "content": "{}"}], purpose="reconcile",
+                                                        json_mode=True)
+    await make_llm(settings, None).complete([{"role": "user", "content": "hi"}], purpose="reply")
+    memory, reply = (r["max_tokens"] for r in fake_llm.requests)
+    assert reply == 64 and memory >= 1024
+
+
+def test_memory_calls_have_a_timeout_of_their_own_or_llms(tmp_path, fake_llm) -> None:
+    from bot.model_clients import make_llm
+
+    own = load_settings(None, env=env_for(tmp_path, fake_llm, MEMGATE_LLM_TIMEOUT="600", MEMGATE_MEMORY_LLM_TIMEOUT="30"))
+    assert (make_llm(own, None, memory=True).settings.timeout, make_llm(own, None).settings.timeout) == (30, 600)
+    inherited = load_settings(None, env=env_for(tmp_path, fake_llm, MEMGATE_LLM_TIMEOUT="600"))
+    assert make_llm(inherited, None, memory=True).settings.timeout == 600
