@@ -201,7 +201,10 @@ class SkillLibrary:
         return SkillView(*rows[0])
 
     async def _ranked(self, query: str, space_ids: list[str], limit: int, min_score: float) -> list[SkillView]:
-        qvec = await asyncio.to_thread(self.embedder.embed_query, trim(query, 1000))
+        # The question as recall embeds it (not trimmed, which joins its lines): a turn's skill
+        # search then takes recall's vector from the embedder's query cache instead of a second
+        # embedding call (the embedder reads one piece of a query anyway).
+        qvec = await asyncio.to_thread(self.embedder.embed_query, query)
         terms = query_terms(trim(query, 600))
         n = max(limit * 5, 50)
 

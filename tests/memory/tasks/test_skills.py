@@ -4,6 +4,7 @@ published."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import datetime, timedelta
 
@@ -338,3 +339,18 @@ async def test_completed_task_from_the_processor_feeds_the_evolver(store, embedd
     assert await proc.close_idle() == 1
     assert await evolver.evolve_pending() == 1
     assert [v[:3] for v in skill_versions(store)] == [("postgresql-nightly-backup", 1, 1)]
+
+
+async def test_a_turns_skill_search_reuses_the_question_recall_embedded(store, fake, clock, tmp_path):
+    """Recall and the skill search of one turn ask with the same question: one embedding call, not
+    two (a question of several lines was embedded once as it is and once with its lines joined)."""
+    from memory.embed import LiteLLMEmbedder
+    from memory.recall.search import Recaller
+
+    embedder = LiteLLMEmbedder("openai/fake-embed", store.dim, api_base=fake.base_url, api_key="sk-test")
+    question = "how do I back up postgres?\nnightly backup cron pg_dump"
+    await asyncio.to_thread(Recaller(store, embedder).search, question, ["u:1"])  # the fake server runs on this loop
+    assert len(fake.embedding_requests) == 1
+    await SkillEvolver(store, embedder, LiteLLM(LLMSettings(model="openai/fake-model", api_base=fake.base_url)),
+                       tmp_path / "data", clock=clock.now).search(question, ["u:1"])
+    assert len(fake.embedding_requests) == 1
