@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from memory.engine import MemoryEngine
 from memory.ingest.capture import CapturedTurn, TurnMessage
@@ -45,6 +47,20 @@ def turn(space: str, n: int, clock) -> CapturedTurn:
                                   TurnMessage("assistant", f"Noted row {n}.")))
 
 
+@asynccontextmanager
+async def working(engine: MemoryEngine, clock, *, turns: int, release: asyncio.Event) -> AsyncIterator[MemoryEngine]:
+    """`engine` with its ingest worker running and `turns` of amy's captured; after the test the
+    held model calls are released and the worker stopped."""
+    await engine.worker.start()
+    try:
+        for n in range(turns):
+            assert await engine.capture(turn("amy", n, clock))
+        yield engine
+    finally:
+        release.set()
+        await engine.worker.stop(drain=False)
+
+
 async def test_a_turn_waits_while_memory_is_far_behind_and_goes_on_once_it_caught_up(
         store, embedder, llm, fake_llm, clock):
     release = asyncio.Event()
@@ -55,12 +71,8 @@ async def test_a_turn_waits_while_memory_is_far_behind_and_goes_on_once_it_caugh
         await release.wait()
 
     fake_llm.responder = lambda req: After(held, brain.respond(req)) if is_turn(req) else brain.respond(req)
-    engine = MemoryEngine(store, embedder, llm, clock=clock.now,
-                          ingest_settings=IngestSettings(backlog_max=2, stall_seconds=3600))
-    await engine.worker.start()
-    try:
-        for n in range(5):
-            assert await engine.capture(turn("amy", n, clock))
+    async with working(MemoryEngine(store, embedder, llm, clock=clock.now, ingest_settings=IngestSettings(
+            backlog_max=2, stall_seconds=3600)), clock, turns=5, release=release) as engine:
         await asyncio.wait_for(asked.wait(), 120)        # memory is working on them
         waiting = asyncio.ensure_future(engine.ingest_room())
         for _ in range(20):
@@ -70,27 +82,17 @@ async def test_a_turn_waits_while_memory_is_far_behind_and_goes_on_once_it_caugh
         await asyncio.wait_for(waiting, 120)             # memory caught up: it goes on
         assert engine.worker.backlog <= 2
         await engine.ingest_room()                       # and the next turn does not wait at all
-    finally:
-        release.set()
-        await engine.worker.stop(drain=False)
 
 
 async def test_a_stalled_memory_never_holds_a_turn_back(store, embedder, llm, fake_llm, clock):
     release = asyncio.Event()
     fake_llm.responder = lambda req: After(release.wait, brain.respond(req)) if is_turn(req) else brain.respond(req)
-    engine = MemoryEngine(store, embedder, llm, clock=clock.now,
-                          ingest_settings=IngestSettings(backlog_max=1, stall_seconds=0.5))
-    await engine.worker.start()
-    try:
-        for n in range(4):
-            assert await engine.capture(turn("amy", n, clock))
+    async with working(MemoryEngine(store, embedder, llm, clock=clock.now, ingest_settings=IngestSettings(
+            backlog_max=1, stall_seconds=0.5)), clock, turns=4, release=release) as engine:
         # Memory is stuck on its call (a model that does not answer): no turn is done, so after
         # the stall time the turn goes on instead of waiting for a memory that may never come.
         await asyncio.wait_for(engine.ingest_room(), 120)
         assert engine.worker.backlog > 1
-    finally:
-        release.set()
-        await engine.worker.stop(drain=False)
 
 
 async def test_memory_work_stopped_or_off_never_holds_a_turn_back(store, embedder, llm, fake_llm, clock):
