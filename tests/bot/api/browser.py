@@ -6,6 +6,8 @@ language), and a space with data to look at."""
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -43,6 +45,21 @@ def browser_or_skip() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI needs the dashboard browser tests: {reason}")
         pytest.skip(reason)
+
+
+@asynccontextmanager
+async def chromium() -> AsyncIterator:
+    """Debian's Chromium, headless, for one test and closed after it (skipped, or failed in CI,
+    where it is missing)."""
+    browser_or_skip()
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            await browser.close()
 
 
 def screenshot_folder(tmp_path: Path) -> Path:
