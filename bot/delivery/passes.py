@@ -1,7 +1,7 @@
 """A background loop of passes, woken early: what the outbox and reminder delivery share.
 
 A pass looks at what is due and does it; then the loop sleeps the seconds the pass returned (at
-least 50 ms), or less when `wake` is called (something was queued). A pass that fails is logged
+least 50 ms), or less when `wake` is called (something was queued, also while the pass ran). A pass that fails is logged
 and tried again after `poll` seconds: the loop itself never ends but by `stop`.
 """
 
@@ -49,11 +49,13 @@ class PassLoop:
     async def _loop(self) -> None:
         while True:
             wait = self._poll
+            # Cleared before the pass, not after: a wake while it runs (a reply or a reminder queued
+            # after it looked) makes the next pass start at once instead of after the sleep.
+            self._wake.clear()
             try:
                 wait = await self.one_pass()
             except Exception:
                 log.exception("%s: a delivery pass failed", self.loop_name)
-            self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), max(0.05, wait))
             except TimeoutError:
