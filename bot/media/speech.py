@@ -74,12 +74,12 @@ class LiteLLMTranscriber:
         self.calls += 1
         capped = _CappedTransport(self.max_answer_bytes)
         async with httpx.AsyncClient(transport=capped, timeout=s.timeout) as http:
-            if _openai_route(lib, s):
-                from openai import AsyncOpenAI
-
-                kwargs["client"] = AsyncOpenAI(api_key=kwargs.get("api_key"), base_url=s.api_base, http_client=http,
-                                               max_retries=0, timeout=s.timeout)
             try:
+                if _openai_route(lib, s):   # in the try: the client refuses to be made without a key
+                    from openai import AsyncOpenAI
+
+                    kwargs["client"] = AsyncOpenAI(api_key=kwargs.get("api_key"), base_url=s.api_base, http_client=http,
+                                                   max_retries=0, timeout=s.timeout)
                 answer = await asyncio.wait_for(lib.atranscription(**kwargs), timeout=s.timeout + 5)
             except TimeoutError:
                 raise TranscriptionError(f"no answer within {s.timeout:g} s") from None

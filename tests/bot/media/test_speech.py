@@ -65,3 +65,11 @@ async def test_an_answer_without_end_is_abandoned_as_it_passes_the_cap():
         assert sent[0] < 4 * CAP, sent[0]             # what the socket buffers took, not an endless read
     finally:
         await runner.cleanup()
+
+
+async def test_openai_without_a_key_is_one_line_not_a_traceback(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(TranscriptionError) as got:
+        await LiteLLMTranscriber(SpeechSettings(model="whisper-1", timeout=60)).transcribe(
+            fake_audio("x"), filename="n.ogg", mime="audio/ogg")
+    assert "\n" not in str(got.value)
