@@ -214,7 +214,10 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
     ids are not read from the table (see `_check`). `stats_out` receives the query's statistics:
     "idf" and "df" per query stem (a stem no memory holds has df 0 and the largest idf) and
     "avgdl": recall's calibration weighs a score by what the query could have matched, and its
-    second step scores runs of messages with the same BM25."""
+    second step scores runs of messages with the same BM25. The rows written since the index's
+    build are held beside the `cache` (memory/store/fresh_rows.py); without one they are read
+    and tokenised whole on every call (bench/keyword_fresh.py): callers that search often pass
+    the store's postings cache."""
     if not terms or not space_ids or limit <= 0:
         return [], {}
     stems = _stem(terms)
