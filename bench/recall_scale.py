@@ -16,8 +16,8 @@ three passes. Reports p50/p95 recall ms with the query embedding excluded
 (`recaller.last_timing.search_ms`), the p95 of each question's best pass (the machine is
 shared), the CPU ms a search takes (less sensitive to other load than the wall time), the first
 search of a space after a restart (its vector file mapped, its keyword slices loaded) and the
-very first search of a space (no file yet: answered in SQL while its file is built in the
-background, which `first` then waits for), the same again
+very first search of a space with no file yet, as the product meets it (the space is written,
+which has its file built in the background, then questioned), the same again
 with 500 rows written since the last rebuild (scored directly), and the query embedding: p50 of
 new questions (at 1 and at 2 threads, and the default policy) and of repeated ones (cached).
 The load average is printed beside every figure: on a shared machine compare runs made
@@ -53,6 +53,7 @@ from memory.recall.search import Recaller  # noqa: E402
 from memory.store.backend import open_store  # noqa: E402
 from memory.store.connection import Store  # noqa: E402
 from memory.store.postings_cache import postings_for  # noqa: E402
+from memory.store.row_cache import rows_for  # noqa: E402
 from memory.store.vectors import cache_for  # noqa: E402
 
 DIM = 384
@@ -345,17 +346,37 @@ def run_queries(recaller: Recaller, qs: list[str], space: str, now: datetime,
     return out, cpu
 
 
-def first_search(store: Store, recaller: Recaller, q: str, space: str, now: datetime, *, files: bool) -> float:
-    """The first search of a space after a restart: the in-process caches are let go (the vector
-    files stay, unless `files` is False: then the very first search, which reads the table)."""
-    if not files:
-        folder = cache_for(store).folder
-        for f in folder.glob("*.vec") if folder is not None else ():
-            f.unlink()
+def restart(store: Store) -> None:
+    """Let go of the in-process caches, as a restart would (the vector files stay)."""
     cache_for.drop(store)
     postings_for.drop(store)
+    rows_for.drop(store)
+
+
+def first_search(store: Store, recaller: Recaller, q: str, space: str, now: datetime) -> float:
+    """The first search of a space after a restart (its vector file mapped)."""
+    restart(store)
     recaller.search(q, [space, "scale:public"], limit=10, now=now)
     return recaller.last_timing.search_ms
+
+
+def first_written(store: Store, recaller: Recaller, embedder: LocalE5Embedder, q: str, space: str, now: datetime,
+                  seed: int) -> float:
+    """The very first search of a space that has no vector file yet, as the product meets it: the
+    space is written (a turn ingested through store_raw, which asks for the file to be built in
+    the background), then questioned once that build is done. The written row is deleted after."""
+    folder = cache_for(store).folder
+    for f in folder.glob("*.vec") if folder is not None else ():
+        f.unlink()
+    restart(store)
+    [msg] = conversation(random.Random(seed), space, 1, START + timedelta(days=SPAN_DAYS))
+    ids = store_raw(store, embedder, [msg], dedup=False)
+    try:
+        cache_for(store).settled(600)
+        recaller.search(q, [space, "scale:public"], limit=10, now=now)
+        return recaller.last_timing.search_ms
+    finally:
+        store.write(lambda con: con.execute("DELETE FROM memories WHERE id IN (SELECT unnest(?))", [ids]))
 
 
 def summarise(lat: list[list[float]], cpu: list[float], prefix: str = "") -> dict[str, float]:
@@ -480,9 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     recaller.search(qs[0], ["scale:public"], limit=10, now=now)
     for size in sizes:
         space = f"scale:{size}"
-        cold = first_search(store, recaller, qs[1], space, now, files=False)
-        cache_for(store).settled(600)  # its file, built in the background since that search
-        warm = first_search(store, recaller, qs[2], space, now, files=True)
+        cold = first_written(store, recaller, embedder, qs[1], space, now, args.seed)
+        warm = first_search(store, recaller, qs[2], space, now)
         lat, cpu = run_queries(recaller, qs, space, now, args.rounds)
         results[size] = summarise(lat, cpu) | {"first": warm, "first_cold": cold}
     fresh_ids: list[str] = []
@@ -515,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['cpu']:>6.1f}{r['load']:>6.1f} |{r['first']:>7.0f}{r['first_cold']:>7.0f} |"
               f"{r['fresh_p50']:>15.1f}{r['fresh_p95']:>7.1f}{r['fresh_best_p95']:>7.1f}{r['fresh_cpu']:>6.1f}{r['fresh_load']:>6.1f}")
     print("first = the first search of a space after a restart (vector file mapped, keyword slices loaded); "
-          "cold = its first search ever (no file: the SQL scan, its file built in the background)")
+          "cold = its first search ever: the space had no vector file, was written (a turn ingested, which has "
+          "the file built in the background), then questioned")
     print("\nquery embedding (new questions unless said), ms p50 and load:")
     for label, (ms, load) in embeds.items():
         print(f"  {label:<20}{ms:>7.1f}   load {load:.1f}")

@@ -12,6 +12,7 @@ from datetime import datetime
 from memory.embed import Embedder
 from memory.store.rows import NewMemory, insert_memories
 from memory.store.connection import Conn, Store
+from memory.store.vectors import cache_for
 from memory.text import content_hash, normalize, trim
 
 TITLE_CHARS = 120
@@ -71,7 +72,11 @@ def store_raw(store: Store, embedder: Embedder, messages: Sequence[RawMessage], 
     if not messages:
         return []
     vectors = embedder.embed_passages([embed_text(m.text, m.speaker, m.context, m.context_speaker) for m in messages])
-    return store.write(lambda con: insert_memories(con, raw_rows(messages), vectors))
+    ids = store.write(lambda con: insert_memories(con, raw_rows(messages), vectors))
+    spaces = [m.space_id for m in messages]
+    for s in dict.fromkeys(spaces):  # each space's vector file, built before its first question (issue 33)
+        cache_for(store).written([s], spaces.count(s))
+    return ids
 
 
 def drop_exact_duplicates(store: Store, messages: Sequence[RawMessage]) -> list[RawMessage]:

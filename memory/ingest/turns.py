@@ -116,6 +116,8 @@ class TurnIngest:
             insert_memories(con, raw_rows(kept, needs_facts=needs_facts), vectors)
 
         self.store.write(write)
+        if kept:  # the space's vector file, built before its first question (issue 33)
+            cache_for(self.store).written([space_id], len(kept))
 
     # --- LLM path --------------------------------------------------------------------------
     def prepare_run(self, turns: Sequence[QueuedTurn], embed: EmbedFn | None = None) -> list[TurnJob]:

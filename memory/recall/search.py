@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,6 +23,7 @@ from memory.recall.query import time_span, wants_many
 from memory.embed import Embedder
 from memory.store.keywords import keyword_search
 from memory.store.rows import utc_naive
+from memory.store.row_cache import RECALL_COLUMNS, rows_for
 from memory.store.connection import Conn, Store
 from memory.text import STOPWORDS, has_cjk, query_terms
 
@@ -143,8 +143,9 @@ class RecallTiming:
     search_ms: float
 
 
-# The columns of a candidate row, in the order `_search` reads them (r[0] .. r[10]).
-_ROW_COLUMNS = "id, kind, space_id, title, text, created_at, pinned, role, speaker, category, session_id"
+# The columns of a candidate row, in the order `_search` reads them (r[0] .. r[11]; the row
+# cache holds them by version).
+_ROW_COLUMNS = RECALL_COLUMNS
 
 # Filled with constant IN lists (see fts.sql_strings). Alone, `id IN (...)` is pushed into the
 # scan and reads only the matching rows (~2 ms for 100 ids in 130k rows); combined with the
@@ -163,9 +164,9 @@ SELECT {_ROW_COLUMNS} FROM byid WHERE space_id IN ({{spaces}}) AND status = 'act
 # Only what finds the neighbours: their rows are read afterwards, by seq.
 _SESSION_KEYS_SQL = """
 WITH bysession AS MATERIALIZED (
-    SELECT seq, session_id, created_at, space_id, status, kind FROM memories WHERE session_id IN ({sessions})
+    SELECT seq, session_id, created_at, space_id, status, kind, pinned FROM memories WHERE session_id IN ({sessions})
 )
-SELECT seq, session_id, created_at FROM bysession WHERE space_id IN ({spaces}) AND status = 'active' AND kind = 'chunk'
+SELECT seq, session_id, created_at, pinned FROM bysession WHERE space_id IN ({spaces}) AND status = 'active' AND kind = 'chunk'
 """
 
 
@@ -225,7 +226,7 @@ class Recaller:
     def _search(self, con: Conn, qvec, terms, query_text, spaces, n, limit, kinds, now, many=False) -> list[MemoryHit]:
         # Imported here: this method is the only part of the module that uses them.
         from memory.store.keywords import sql_strings
-        from memory.store.postings_cache import postings_for
+        from memory.store.postings_cache import index_version_of, postings_for
         from memory.store.vectors import cache_for, fetch_vectors
 
         s = self.settings
@@ -235,8 +236,10 @@ class Recaller:
         proposal = cache.propose(con, qvec, spaces, n, kinds) if qvec is not None else None
         # The vector candidates' rows come in the keyword check's lookup (one round trip, not two).
         stats: dict = {}
+        held = rows_for(self.store)
         kw, by_id = keyword_search(con, terms, spaces, n, kinds, _ROW_COLUMNS, postings_for(self.store),
-                                   also=proposal.seqs.values() if proposal else (), ids=cache.ids_of, stats_out=stats)
+                                   also=proposal.seqs.values() if proposal else (), ids=cache.ids_of, stats_out=stats,
+                                   rows=held, version=index_version_of(proposal.meta) if proposal else None)
         by_id = {d: r for d, r in by_id.items() if r[2] in spaces}
         wanted = list(dict.fromkeys(d for d in [*(d for d, _ in (proposal.ranked if proposal else ())), *(d for d, _ in kw)]
                                     if d not in by_id))
@@ -278,9 +281,9 @@ class Recaller:
             top = max(s.expand_top, s.many_expand_top) if many else s.expand_top
             best = sorted(scores, key=lambda d: -scores[d])[:top]
             near, rows = _neighbours(con, {d: by_id[d][10] for d in best if by_id[d][1] == "chunk"}, spaces, s.expand_window,
-                                     cache.ids_of)
+                                     cache.ids_of, held)
             by_id |= {r[0]: r for r in rows if r[0] not in by_id}
-            gains = _run_gains(con, near, {d: by_id[d][5] for d in by_id}, stats, kw, s.run_gain) if s.run_gain > 0 else {}
+            gains = _run_gains(con, near, by_id, stats, kw, s.run_gain, held) if s.run_gain > 0 else {}
             scores = ranking.expand_to_neighbours(scores, near, top, s.expand_weight, s.expand_decay,
                                                   s.many_expand_add if many else s.expand_add, gains)
         if many and s.many_mmr_lambda < 1:
@@ -333,22 +336,22 @@ def confident(hits: Sequence[MemoryHit], min_confidence: float) -> bool:
     return min_confidence <= 0 or top is None or top >= min_confidence
 
 
-def _run_gains(con: Conn, near: dict[str, list[tuple[str, int]]], at: dict[str, datetime], stats: dict,
-               kw: Sequence[tuple[str, float]], gain: float) -> dict[tuple[str, str], float]:
+def _run_gains(con: Conn, near: dict[str, list[tuple[str, int]]], by_id: dict[str, tuple], stats: dict,
+               kw: Sequence[tuple[str, float]], gain: float, held) -> dict[tuple[str, str], float]:
     """For each best hit and each neighbour it lends to: what the run of messages from the one to
     the other says of the query beyond what either says alone (ranking.run_gains), read from the
-    members' index text with the keyword side's own statistics."""
-    from memory.store.keywords import B, K1, sql_strings
-    from memory.store.tokens import stems_of
+    members' index text (the stems of each row version, held by the row cache) with the keyword
+    side's own statistics."""
+    from memory.store.keywords import B, K1
 
     idf, avgdl = stats.get("idf"), stats.get("avgdl")
     top = max((b for _, b in kw), default=0.0)
     if not idf or not avgdl or top <= 0 or not near:
         return {}
-    ids = sorted({*near, *(d for ns in near.values() for d, _ in ns)})
-    rows = con.execute(f"SELECT id, search_text FROM memories WHERE id IN ({sql_strings(ids)})").fetchall()
-    counts = {d: Counter(toks) for (d, _), toks in zip(rows, stems_of([t or "" for _, t in rows]))}
-    return ranking.run_gains(near, at, counts, idf, avgdl, K1, B, gain / top)
+    ids = sorted(d for d in {*near, *(d for ns in near.values() for d, _ in ns)} if d in by_id)
+    stems = held.stems(con, [by_id[d][11] for d in ids])
+    counts = {d: stems[by_id[d][11]] for d in ids if by_id[d][11] in stems}
+    return ranking.run_gains(near, {d: r[5] for d, r in by_id.items()}, counts, idf, avgdl, K1, B, gain / top)
 
 
 def _signals(con: Conn, kept: Sequence[tuple[str, float]], qvec, vec: Sequence[tuple[str, float]], vectors: dict,
@@ -400,14 +403,16 @@ def _opens_sentence(text: str, at: int) -> bool:
 
 
 def _neighbours(con: Conn, sessions: dict[str, str | None], spaces: Sequence[str], window: int,
-                ids: Callable[[Sequence[int]], dict[int, str]] | None = None) -> tuple[dict[str, list[tuple[str, int]]], list[tuple]]:
+                ids: Callable[[Sequence[int]], dict[int, str]] | None = None,
+                held=None) -> tuple[dict[str, list[tuple[str, int]]], list[tuple]]:
     """Each hit's session neighbours within `window` turns on each side, as (id, distance),
     and the rows of those neighbours. `sessions` maps each hit to its session; `ids` names the
     row versions the vector cache holds.
 
-    Two steps: the (seq, session, time) of every chunk of the sessions, then the full rows of
-    the neighbours only (a session of 40 turns had all 40 rows read, ids and texts included, for
-    the 2-4 that are used: the largest part of a small space's recall, by callgrind)."""
+    Two steps: the (seq, session, time, pin) of every active chunk of the sessions, then the
+    full rows of the neighbours only (a session of 40 turns had all 40 rows read, ids and texts
+    included, for the 2-4 that are used: the largest part of a small space's recall, by
+    callgrind), from the row cache `held` when it has them (the first step proved them active)."""
     from memory.store.keywords import rows_by_seq, sql_strings
 
     wanted = sorted({sid for sid in sessions.values() if sid is not None})
@@ -415,15 +420,22 @@ def _neighbours(con: Conn, sessions: dict[str, str | None], spaces: Sequence[str
         return {}, []
     keys = con.execute(_SESSION_KEYS_SQL.format(sessions=sql_strings(wanted), spaces=sql_strings(spaces))).fetchall()
     seqs = [r[0] for r in keys]
-    known = ids(seqs) if ids is not None else {}
+    have = held.held(seqs) if held is not None else {}
+    known = {q: r[0] for q, r in have.items()}
+    if ids is not None and len(known) < len(seqs):
+        known |= ids([q for q in seqs if q not in known])
     missing = [q for q in seqs if q not in known]
     if missing:
         known |= dict(con.execute(f"SELECT seq, id FROM memories WHERE seq IN ({', '.join(map(str, missing))})").fetchall())
-    keys = [(known[q], q, session, at) for q, session, at in keys if q in known]
+    pinned = {q: p for q, _, _, p in keys}
+    keys = [(known[q], q, session, at) for q, session, at, _ in keys if q in known]
     near = ranking.session_neighbours(list(sessions), [(d, session, at) for d, _, session, at in keys], window)
     seq_of = {d: q for d, q, _, _ in keys}
     need = sorted({seq_of[d] for ns in near.values() for d, _ in ns})
-    rows = [r for status, r in rows_by_seq(con, need, _ROW_COLUMNS, ids).values() if status == "active"]
+    if all(q in have for q in need):
+        rows = [held.with_pin(have[q], pinned[q]) for q in need]
+    else:
+        rows = [r for status, r in rows_by_seq(con, need, _ROW_COLUMNS, ids, held).values() if status == "active"]
     # A neighbour rewritten between the two reads has no row here: it is left out.
     got = {r[0] for r in rows}
     near = {hit: kept for hit, ns in near.items() if (kept := [(d, k) for d, k in ns if d in got])}

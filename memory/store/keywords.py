@@ -37,7 +37,9 @@ from memory.store.connection import Conn, Store
 from memory.store.dialect import dialect_of
 from memory.store.fresh_rows import FreshRows
 from memory.store.tokens import STEM_SQL, TOKENS_SQL, build_scratch, stem_terms
-from memory.store.postings_cache import DICT, POSTINGS, STATS, WATERMARK_KEY, PostingsCache, bump_generation, index_version
+from memory.store.row_cache import RECALL_COLUMNS, RowCache
+from memory.store.postings_cache import (DICT, POSTINGS, STATS, WATERMARK_KEY, IndexVersion, PostingsCache, bump_generation,
+                                         index_version)
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +205,8 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
                    kinds: Sequence[str] | None = None, columns: str = "id",
                    cache: PostingsCache | None = None, also: Iterable[int] = (),
                    ids: Callable[[Sequence[int]], dict[int, str]] | None = None,
-                   stats_out: dict | None = None) -> tuple[list[tuple[str, float]], dict[str, tuple]]:
+                   stats_out: dict | None = None, rows: RowCache | None = None,
+                   version: IndexVersion | None = None) -> tuple[list[tuple[str, float]], dict[str, tuple]]:
     """`keyword_candidates`, plus the `columns` (starting with id) of the indexed rows it
     checked against the table: recall reads its candidates' rows anyway, and each row looked up
     costs ~35 us, so the check that proves a row live also hands it over. With a `cache`, the
@@ -211,7 +214,9 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
     rows the caller wants (recall's vector candidates), read in the same lookup and handed over
     when active; the caller fetches any that did not come (no index yet, no query term).
     `ids` names the ids of row versions the caller holds (recall's vector cache): those rows'
-    ids are not read from the table (see `_check`). `stats_out` receives the query's statistics:
+    ids are not read from the table (see `_check`); `rows` (recall's, for its columns) holds
+    whole row versions (memory/store/row_cache.py). `version`: the index's, when the caller has
+    just read it (recall, with the vector cache's catch-up). `stats_out` receives the query's statistics:
     "idf" and "df" per query stem (a stem no memory holds has df 0 and the largest idf) and
     "avgdl": recall's calibration weighs a score by what the query could have matched, and its
     second step scores runs of messages with the same BM25. The rows written since the index's
@@ -223,7 +228,7 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
     stems = _stem(terms)
     if not stems:
         return [], {}
-    version = index_version(con)
+    version = version or index_version(con)
     wm = version.watermark
     allowed, kinds_ok = set(space_ids), set(kinds) if kinds else None
     # Statistics over the indexed and the fresh rows together.
@@ -251,7 +256,7 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
                     scored.append((row.id, score, seq))
     if stats_out is not None:
         stats_out.update(idf=idf, df={t: df[t] for t in stems}, avgdl=avgdl)
-    rows: dict[str, tuple] = {}
+    found: dict[str, tuple] = {}
     extra: dict[str, tuple] = {}
     if wm > 0:
         # Rows retired since the build still have postings: a margin of 10, widened when short.
@@ -261,7 +266,7 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
             top = cache.top(con, version, stems, idf, avgdl, space_ids, kinds, over, K1, B) if cache is not None else None
             if top is None:
                 top = _index_top(con, stems, idf, avgdl, space_ids, kinds, over)
-            proposed, got = _check(con, top, columns, wanted, ids)
+            proposed, got = _check(con, top, columns, wanted, ids, rows)
             wanted = []  # read once
             extra |= {r[0]: r for status, r in got if status == "active"}
             live = [(r[0], score, seq) for (seq, _), (score, status, r) in zip(top, proposed) if status == "active"]
@@ -272,10 +277,10 @@ def keyword_search(con: Conn, terms: Sequence[str], space_ids: Sequence[str], li
             log.debug("keyword slice of %d had %d live rows; widening", over, len(live))
             over *= 4
         scored += live
-        rows = {r[0]: r for _, status, r in proposed if status == "active"}
+        found = {r[0]: r for _, status, r in proposed if status == "active"}
     scored.sort(key=lambda x: (-round(x[1], 9), x[2]))
     best = [(d, sc) for d, sc, _ in scored[:limit]]
-    return best, extra | {d: rows[d] for d, _ in best if d in rows}
+    return best, extra | {d: found[d] for d, _ in best if d in found}
 
 
 def _bm25(idf: float, tf: int, length: int, avgdl: float) -> float:
@@ -314,7 +319,8 @@ def _index_top(con: Conn, stems: list[str], idf: dict[str, float], avgdl: float,
 
 
 def _check(con: Conn, rows: Sequence[tuple[int, float]], columns: str, also: Sequence[int] = (),
-           ids: Callable[[Sequence[int]], dict[int, str]] | None = None) -> tuple[list[tuple[float, str | None, tuple]], list[tuple[str, tuple]]]:
+           ids: Callable[[Sequence[int]], dict[int, str]] | None = None,
+           held: RowCache | None = None) -> tuple[list[tuple[float, str | None, tuple]], list[tuple[str, tuple]]]:
     """The index proposed (seq, score); the table decides: (score, status, row) with the status
     and `columns` of the row version the posting was built from (None and () when it is gone
     or was rewritten). Rows of the `also` seqs come back beside them as (status, row)."""
@@ -323,13 +329,14 @@ def _check(con: Conn, rows: Sequence[tuple[int, float]], columns: str, also: Seq
         return [], []
     # A separate lookup, not a join: a constant `seq IN` list is an index scan (~1 ms), the
     # join reads every row's seq (~4 ms at 130k rows).
-    current = rows_by_seq(con, seqs, columns, ids)
+    current = rows_by_seq(con, seqs, columns, ids, held)
     return ([(float(score), *current[d]) if d in current else (float(score), None, ()) for d, score in rows],
             [current[d] for d in also if d in current])
 
 
 def rows_by_seq(con: Conn, seqs: Sequence[int], columns: str,
-                ids: Callable[[Sequence[int]], dict[int, str]] | None = None) -> dict[int, tuple[str, tuple]]:
+                ids: Callable[[Sequence[int]], dict[int, str]] | None = None,
+                held: RowCache | None = None) -> dict[int, tuple[str, tuple]]:
     """seq -> (status, `columns` of that row version) for the versions the table still has.
 
     DuckDB stores ids FSST-compressed in segments of ~26k rows, and reading one row's id decodes
@@ -339,6 +346,8 @@ def rows_by_seq(con: Conn, seqs: Sequence[int], columns: str,
     """
     if not seqs:
         return {}
+    if held is not None and columns == RECALL_COLUMNS:
+        return held.rows(con, seqs)  # only the status and pin of versions seen before are read
     in_list = ", ".join(str(int(q)) for q in seqs)
     known = ids(seqs) if ids is not None and columns.startswith("id, ") else {}
     if not known:

@@ -52,6 +52,13 @@ def index_version(con: Conn) -> IndexVersion:
     return IndexVersion(int(got.get(WATERMARK_KEY, 0)), int(got.get(GENERATION_KEY, 0)))
 
 
+def index_version_of(meta: dict[str, str] | None) -> IndexVersion | None:
+    """The version in meta rows read elsewhere (None: not read, ask `index_version`)."""
+    if meta is None:
+        return None
+    return IndexVersion(int(meta.get(WATERMARK_KEY, 0)), int(meta.get(GENERATION_KEY, 0)))
+
+
 def bump_generation(con: Conn) -> None:
     """Mark the postings changed (inside the transaction that changes them)."""
     con.execute("INSERT INTO meta VALUES (?, (SELECT coalesce(max(value::BIGINT), 0) + 1 FROM meta WHERE key = ?)::VARCHAR) "

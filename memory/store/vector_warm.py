@@ -116,6 +116,10 @@ class Warmer:
             return
 
         def read(con):
+            # A space too small for a file (most first writes) costs a count, not its vectors.
+            if con.execute("SELECT count(*) FROM memories WHERE space_id = ? AND status = 'active'",
+                           [space]).fetchone()[0] < self.min_rows:
+                return None, None
             model = con.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
             # One statement, one snapshot: the rows and the highest seq they are complete up to.
             got = con.execute(
@@ -124,7 +128,7 @@ class Warmer:
             return (model[0] if model else None), got
 
         model, got = self._store.read(read)
-        n = len(got["id"])
+        n = len(got["id"]) if got is not None else 0
         if n < self.min_rows:
             return
         kinds = sorted(set(got["kind"].tolist()))

@@ -50,6 +50,7 @@ import numpy as np
 from memory.store.connection import Conn, PerStore, Store, vector_literal
 from memory.store.dialect import dialect_of
 from memory.store import vector_files
+from memory.store.postings_cache import GENERATION_KEY, WATERMARK_KEY
 from memory.store.vector_space import SpaceVectors, over, quantize
 from memory.store.vector_warm import Warmer
 
@@ -63,6 +64,9 @@ CACHE_MAX_BYTES = 1 << 30     # ~700k vectors of 384 floats across all cached sp
 # Spaces this large get a file: below it, reading the vectors from the table at the first
 # search costs a few ms (a file would only add writes, and copies of vectors on disk).
 PERSIST_MIN_ROWS = 2000
+# The meta keys read with every catch-up: the embedding model, and what recall's keyword side
+# would otherwise ask in a query of its own (the postings' version: postings_cache.py).
+WATCHED = ("embedding_model", WATERMARK_KEY, GENERATION_KEY)
 # A space this large with no file is not read from the table on a question (0.4 s at 10k rows):
 # it is searched in SQL while its file is built in the background (vector_warm.py).
 COLD_MIN_ROWS = 2000
@@ -136,6 +140,9 @@ class Proposal:
     complete: bool                      # memory held no other candidate row
     vectors: dict[str, np.ndarray]
     seqs: dict[str, int] = field(default_factory=dict)  # the row versions memory scored
+    # The `WATCHED` meta keys, read with the rows changed since the last search (one round trip
+    # where recall asked for the keyword index's version in a query of its own).
+    meta: dict[str, str] | None = None
 
 
 class VectorCache:
@@ -166,6 +173,7 @@ class VectorCache:
         self._model: str | None = None
         self._dim = 0
         self._too_big: set[str] = set()
+        self._written: dict[str, int] = {}  # rows written to a space not held since its file was asked for
         # Files of spaces too big to read from the table on a question, built in the background.
         self._warmer = (Warmer(store, self.folder, persist_min_rows, self._lock, lambda s: s in self._spaces)
                         if self.folder is not None else None)
@@ -205,7 +213,8 @@ class VectorCache:
         if not space_ids or n <= 0:
             return Proposal([], frozenset(), -np.inf, True, {})
         qvec = np.asarray(qvec, dtype=np.float32)
-        cached = self._prepare(space_ids, len(qvec))
+        meta: dict[str, str] = {}
+        cached = self._prepare(space_ids, len(qvec), meta)
         small = [s for s in space_ids if s not in cached]
         ranked: list[tuple[str, float]] = []
         vecs: dict[str, np.ndarray] = {}
@@ -225,7 +234,7 @@ class VectorCache:
         if small:
             ranked += vector_candidates(con, qvec, small, n, kinds)
             ranked.sort(key=lambda x: (-x[1], x[0]))
-        return Proposal(ranked, unchecked, floor, complete, vecs, seqs)
+        return Proposal(ranked, unchecked, floor, complete, vecs, seqs, meta)
 
     def settle(self, con: Conn, proposal: Proposal, live: set[str], qvec: np.ndarray, space_ids: Sequence[str],
                n: int, kinds: Sequence[str] | None = None) -> tuple[list[tuple[str, float]], dict[str, np.ndarray]]:
@@ -272,6 +281,28 @@ class VectorCache:
         if self._warmer is not None:
             self._warmer.want(s for s in spaces if s not in self._spaces)
 
+    def written(self, spaces: Sequence[str], rows: int = 1) -> None:
+        """`rows` rows were just written to `spaces` (the ingest of a turn): a space this process
+        neither holds nor has asked about gets its file built in the background, so the first
+        question after a restart maps it instead of reading every vector from the table (0.5 s at
+        10k rows). Asked again every `persist_min_rows // 2` rows written while not held: a space
+        too small for a file at its first write may have grown into one."""
+        if self._warmer is None:
+            return
+        with self._lock:
+            ask = []
+            for s in dict.fromkeys(spaces):
+                if s in self._spaces:
+                    continue
+                since = self._written.get(s)
+                if since is None or since + rows >= self.persist_min_rows // 2:
+                    self._written[s] = 0
+                    ask.append(s)
+                else:
+                    self._written[s] = since + rows
+        if ask:
+            self._warmer.want(ask)
+
     def settled(self, timeout: float | None = None) -> bool:
         """Wait until the files asked for are built (benches, tests); False on timeout."""
         return self._warmer.wait(timeout) if self._warmer is not None else True
@@ -279,7 +310,11 @@ class VectorCache:
     def refile(self, spaces: Sequence[str], *, drop: bool = False) -> None:
         """Rewrite the files of `spaces` with their live rows only, or remove them (a space not
         held, too small for a file, or `drop`: an erased space), so no forgotten row's vector
-        stays on disk. A removed file is rebuilt from the table at the space's next search."""
+        stays on disk. A removed file is rebuilt from the table at the space's next search.
+        The spaces' rows held for recall (row_cache.py) go too: their text is not kept either."""
+        from memory.store.row_cache import rows_for
+
+        rows_for(self._store).drop_spaces(spaces)
         with self._lock:
             if self._warmer is not None:
                 self._warmer.forget(spaces)  # a file being built from rows read before this is not kept
@@ -317,10 +352,11 @@ class VectorCache:
             for f in self.folder.glob("*.vec"):
                 f.unlink(missing_ok=True)
 
-    def _prepare(self, space_ids: list[str], dim: int) -> dict[str, SpaceVectors]:
-        """Catch up with the table, load requested spaces; returns the cached ones."""
+    def _prepare(self, space_ids: list[str], dim: int, meta: dict[str, str] | None = None) -> dict[str, SpaceVectors]:
+        """Catch up with the table, load requested spaces; returns the cached ones (and fills
+        `meta` with the `WATCHED` keys read on the way)."""
         with self._lock:
-            self._store.read(lambda c: self._catch_up(c, space_ids, dim))
+            self._store.read(lambda c: self._catch_up(c, space_ids, dim, meta))
             out: dict[str, SpaceVectors] = {}
             for s in space_ids:
                 sp = self._spaces.get(s)
@@ -329,8 +365,11 @@ class VectorCache:
                     out[s] = sp
             return out
 
-    def _catch_up(self, con: Conn, space_ids: list[str], dim: int) -> None:
-        model, got = self._changes(con, dim)
+    def _catch_up(self, con: Conn, space_ids: list[str], dim: int, meta: dict[str, str] | None = None) -> None:
+        watched, got = self._changes(con, dim)
+        if meta is not None:
+            meta.update(watched)
+        model = watched.get("embedding_model")
         if self._synced >= 0 and (model != self._model or dim != self._dim):
             log.info("embedding model or dimension changed: vector cache emptied")
             self._reset(delete_files=True)
@@ -348,24 +387,26 @@ class VectorCache:
             if s not in self._spaces and s not in self._too_big and self._sizes.get(s, 0) >= self.min_rows:
                 self._load(con, s)
 
-    def _changes(self, con: Conn, dim: int) -> tuple[str | None, dict | None]:
-        """The embedding model (a reembed rewrites every vector without a new seq) and the rows
-        changed since the last search (None before the first). NULL vectors come back masked.
-        DuckDB: one round trip (a row of the meta table unioned onto the changed rows)."""
+    def _changes(self, con: Conn, dim: int) -> tuple[dict[str, str], dict | None]:
+        """The `WATCHED` meta keys (the embedding model: a reembed rewrites every vector without a
+        new seq) and the rows changed since the last search (None before the first). NULL
+        vectors come back masked. DuckDB: one round trip (the meta rows unioned onto the changed
+        rows)."""
         changed = ("SELECT id, space_id, kind, seq, status = 'active' AND embedding IS NOT NULL AS live, embedding "
                    f"FROM memories WHERE seq > {int(self._synced)}")
+        keys = ", ".join(f"'{k}'" for k in WATCHED)
         if self._synced < 0 or dialect_of(con).postgres:
-            row = con.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
-            return (row[0] if row else None), (con.execute(changed).fetchnumpy() if self._synced >= 0 else None)
+            meta = dict(con.execute(f"SELECT key, value FROM meta WHERE key IN ({keys})").fetchall())
+            return meta, (con.execute(changed).fetchnumpy() if self._synced >= 0 else None)
         got = con.execute(
-            f"SELECT 0 AS part, value AS model, NULL AS id, NULL AS space_id, NULL AS kind, NULL::BIGINT AS seq, "
-            f"NULL::BOOLEAN AS live, NULL::FLOAT[{dim}] AS embedding FROM meta WHERE key = 'embedding_model' "
+            f"SELECT 0 AS part, value AS model, key AS id, NULL AS space_id, NULL AS kind, NULL::BIGINT AS seq, "
+            f"NULL::BOOLEAN AS live, NULL::FLOAT[{dim}] AS embedding FROM meta WHERE key IN ({keys}) "
             f"UNION ALL SELECT 1, NULL, * FROM ({changed})"
         ).fetchnumpy()
         head = np.asarray(got["part"]) == 0
-        model = got["model"][int(np.flatnonzero(head)[0])] if head.any() else None
+        meta = {got["id"][k]: got["model"][k] for k in np.flatnonzero(head).tolist()}
         rows = np.flatnonzero(~head)
-        return model, {k: got[k][rows] for k in ("id", "space_id", "kind", "seq", "live", "embedding")}
+        return meta, {k: got[k][rows] for k in ("id", "space_id", "kind", "seq", "live", "embedding")}
 
     def _apply(self, got: dict, rows: np.ndarray, only: str | None = None) -> None:
         """Apply changed rows (from `fetchnumpy`) to the spaces held (all, or `only`)."""

@@ -364,3 +364,48 @@ def test_recall_through_the_cache_equals_recall_through_sql(mem_store):
         assert [h.id for h in a] == [h.id for h in b] or same_up_to_near_ties(a, b)
         assert all(abs(x.score - y.score) <= 2e-4 for x, y in zip(sorted(a, key=lambda h: h.id), sorted(b, key=lambda h: h.id)))
         assert a and all(h.space_id in spaces for h in a)
+
+
+def test_rows_held_by_version_follow_pins_retires_forgets_and_erase(mem_store):
+    """Recall holds the rows it has read by version (memory/store/row_cache.py) and asks SQL only
+    for their status and pin: a pin, a retire and a forget made after a search change the next
+    search exactly as they change a search made with nothing held; another space's held rows
+    never come back; an erase lets go of the space's rows."""
+    from memory.forget import forget
+    from memory.store.row_cache import rows_for
+
+    rng = np.random.default_rng(9)
+    emb = _VecEmbedder()
+    for space in ("A", "B"):
+        texts = [" ".join(rng.choice(WORDS, size=4)) for _ in range(60)]
+        rows = [NewMemory(space_id=space, kind="chunk", role="user", text=t, title=t, session_id=f"{space}{i // 6}",
+                          created_at=NOW - timedelta(hours=i)) for i, t in enumerate(texts)]
+        mem_store.write(lambda c, rows=rows, texts=texts: insert_memories(c, rows, emb.embed_passages(texts)))
+    rebuild_index(mem_store)
+    rec = Recaller(mem_store, emb, RecallSettings())
+    queries = ("piano flight", "doctor budget coffee", "river")
+
+    def same_held_or_not(spaces):
+        for q in queries:
+            held = rec.search(q, spaces, limit=8, now=NOW)
+            rows_for.drop(mem_store)
+            fresh = rec.search(q, spaces, limit=8, now=NOW)
+            assert [(h.id, h.score, h.pinned) for h in held] == [(h.id, h.score, h.pinned) for h in fresh]
+            assert held and all(h.space_id in spaces for h in held)
+        return fresh
+
+    top = same_held_or_not(["A"])
+    assert rows_for(mem_store)._rows
+    mem_store.write(lambda c: c.execute("UPDATE memories SET pinned = true WHERE id = ?", [top[-1].id]))
+    after_pin = same_held_or_not(["A"])
+    assert any(h.pinned for h in after_pin)
+    set_status(mem_store, [after_pin[0].id], "retired")
+    after_retire = same_held_or_not(["A"])
+    assert after_pin[0].id not in {h.id for h in after_retire}
+    mem_store.write(lambda c: forget(c, [after_retire[0].id], ["A"], NOW))
+    assert after_retire[0].id not in {h.id for h in same_held_or_not(["A"])}
+    same_held_or_not(["B"])
+    rec.search(queries[0], ["A"], limit=8, now=NOW)
+    assert {r[2] for r in rows_for(mem_store)._rows.values()} == {"A", "B"}
+    cache_for(mem_store).refile(["A"], drop=True)  # what an erase does after deleting the rows
+    assert {r[2] for r in rows_for(mem_store)._rows.values()} == {"B"}

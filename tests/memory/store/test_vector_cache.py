@@ -26,7 +26,8 @@ from memory.store.rows import NewMemory, insert_memories
 from memory.store.vector_files import load
 from memory.store import vector_space
 from memory.store.vector_space import SpaceVectors, quantize
-from memory.store.vectors import VectorCache, _Scored, vector_candidates
+from memory.ingest.raw import RawMessage, store_raw
+from memory.store.vectors import VectorCache, _Scored, cache_for, vector_candidates
 
 DIM = 384
 NOW = datetime(2026, 3, 1, 12, 0)
@@ -264,6 +265,29 @@ def test_a_writer_of_many_rows_has_the_file_built_before_the_first_question(db):
         q = unit(rng, 1)[0]
         assert cached(store, cache, q, ["A", "B"], 10) == exact(store, q, ["A", "B"], 10)
         assert isinstance(cache._spaces["A"].base, np.memmap)
+
+
+def test_a_space_written_after_a_restart_has_its_file_built_before_its_first_question(db, embedder):
+    """Found (issue 33): a space that grew without a file (its turns ingested, never questioned
+    in that process) read every vector from the table at its first question (0.5 s at 10k rows,
+    or the SQL scan while a build competed with it). Now the first turn written to a space asks
+    for its file in the background, and the first question maps it."""
+    rng = np.random.default_rng(12)
+    with Store(db, DIM) as store:
+        add(store, rng, "A", 250)
+        add(store, rng, "B", 20)
+    with Store(db, DIM) as store:
+        cache = cache_for(store)
+        cache.persist_min_rows = cache._warmer.min_rows = 100
+        for space in ("A", "B"):
+            store_raw(store, embedder, [RawMessage(space_id=space, role="user", text=f"the piano lesson of {space} moved",
+                                                   created_at=NOW, speaker="user", session_id="s1", turn_id="t1")])
+        assert cache.settled(120)
+        assert cache._file("A").exists() and not cache._file("B").exists()  # B is too small for a file
+        assert "A" not in cache._spaces                                      # built, not read on a question
+        q = unit(rng, 1)[0]
+        assert cached(store, cache, q, ["A", "B"], 10) == exact(store, q, ["A", "B"], 10)
+        assert isinstance(cache._spaces["A"].base, np.memmap) and cache._spaces["A"].size == 251
 
 
 def test_a_file_built_from_rows_read_before_a_forget_is_not_kept(db):
