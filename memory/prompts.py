@@ -95,6 +95,10 @@ DOCUMENT_PART = """<document name="{name}">
 DOCUMENT_CUT_NOTE = "(only the start of this document is shown: it is longer than I read at once)"
 
 # {address} is where the failed call went (no credentials, no key: bot.model_servers.shown_address).
+# A model can answer with nothing a person can read (a small model writing only blank lines up
+# to its token limit): an empty message would be sent, and a terminal would show nothing at all.
+EMPTY_ANSWER_APOLOGY = ("Sorry, my language model ({address}) answered with nothing to read. Your message is kept; "
+                        "please say it again or put it another way.")
 TIMEOUT_APOLOGY = ("Sorry, my language model ({address}) could not finish answering in time. Your message is kept; "
                    "please try again in a moment.")
 LLM_DOWN_APOLOGY = ("Sorry, my language model ({address}) is not answering right now. Your message is kept; "

@@ -189,6 +189,11 @@ class Agent:
                         (f"llm.model (MEMGATE_LLM_MODEL): {self.settings.route_fix}" if isinstance(exc, ModelNotRouted)
                          else self.settings.down_hint) or "`memgate doctor` checks the model")
             reply, failed = self._model_trouble(exc, req), True
+        if not failed and not reply.strip():
+            # Nothing readable (blank lines up to the token limit): told as such, never sent as an
+            # empty message, and not kept as what the bot said.
+            log.warning("turn %s: the model's answer held no text (%s)", req.turn_id, self.settings.model_address)
+            reply, failed = prompts.EMPTY_ANSWER_APOLOGY.format(address=self.settings.model_address), True
         t_llm = time.perf_counter()
         if req.on_written is not None:
             req.on_written()
@@ -322,7 +327,7 @@ class Agent:
             result = await self.llm.complete(messages, purpose="reply", tools=schemas, on_text=on_text)
             llm_ms += (time.perf_counter() - t) * 1000
             if not result.tool_calls or not use_tools:
-                return result.content.strip() or "…", tool_msgs, llm_ms, result.cut
+                return result.content.strip(), tool_msgs, llm_ms, result.cut
             messages.append({"role": "assistant", "content": result.content or None, "tool_calls": [
                 {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
                 for tc in result.tool_calls]})

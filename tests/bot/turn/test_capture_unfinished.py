@@ -28,3 +28,22 @@ async def test_a_reply_cut_at_the_token_limit_or_failed_is_not_stored_as_memory(
     assert [r for r, _ in rows].count("assistant") == 1
     assert ("assistant", "Rex is a fine name.") in rows
     assert {t for r, t in rows if r == "user"} == {"My dog is called Rex.", "Name ten cats for me.", "And ten birds?"}
+
+
+async def test_an_answer_with_nothing_to_read_is_told_as_such_and_not_stored(tmp_path, clock, embedder, fake_llm):
+    # A real SmolLM2-135M answered a second message with 1,024 tokens of blank lines: the person got
+    # an empty message (a terminal showed nothing and never gave its prompt back).
+    fake_llm.script(CutShort("\n\n \n\n"), "  \n", "Rex is a fine name.")
+    channel = RecordingChannel("telegram")
+    async with build_app(load_settings(None, env=_env(tmp_path, fake_llm.base_url)), channels=[channel],
+                         clock=clock.now, embedder=embedder) as app:
+        for n, text in enumerate(["My dog is called Rex.", "Is that a good name?", "Really?"], start=1):
+            await channel.say("olive", text)
+            await channel.wait_for(n, timeout=120)
+            clock.advance(seconds=30)
+        await app.gateway.idle()
+        await app.engine.worker.drain()
+        rows = app.store.read(lambda c: c.execute("SELECT role, text FROM memories WHERE kind = 'chunk'").fetchall())
+    assert all(m.text.strip() for m in channel.sent)
+    assert [m.text.startswith("Sorry, my language model") and "nothing to read" in m.text for m in channel.sent] == [True, True, False]
+    assert [t for r, t in rows if r == "assistant"] == ["Rex is a fine name."]
