@@ -79,7 +79,10 @@ async def seen(tty: Tty, proxy: RecordingProxy, predicate, what: str, timeout: f
 
 
 def reply_to(calls: list[Call], text: str) -> Call | None:
-    return next((c for c in calls if is_reply(c) and c.messages[-1].get("content") == text), None)
+    """The reply call for `text`: its last message ends with it (a reply cut at the token limit is
+    not kept, so the words it answered join the next message: "earlier\n\ntext")."""
+    return next((c for c in calls if is_reply(c) and isinstance(content := c.messages[-1].get("content"), str)
+                 and (content == text or content.endswith("\n\n" + text))), None)
 
 
 async def say(tty: Tty, proxy: RecordingProxy, text: str, notes: Notes, t_start: float) -> tuple[Call, bool]:
